@@ -1,0 +1,118 @@
+"""Low-precision read copies of the fp32 checkpoint.
+
+A read copy is what non-flush steps read instead of the checkpoint; it is re-quantized from the
+fp32 checkpoint at every flush, so its error never feeds back into the recurrence. Blocks run along
+the state's physical last dim (``C``); ``R`` is the second-to-last dim.
+
+| format | storage per ``[R, C]`` head                      | scales                                       |
+|--------|---------------------------------------------------|----------------------------------------------|
+| bf16   | ``[R, C]`` bfloat16                               | none                                         |
+| fp16   | ``[R, C]`` float16                                | none                                         |
+| fp8    | ``[R, C]`` float8_e4m3fn                          | one fp32 per row: ``amax / 448``             |
+| fp4    | ``[R, ceil(C/16)*8]`` uint8, two e2m1 codes/byte  | one e4m3 per 16 values, times one fp32 per row |
+
+fp4 (e2m1, "NVFP4"-style) codes are sign | 3-bit magnitude over {0, .5, 1, 1.5, 2, 3, 4, 6}; a value
+rounds to the nearest magnitude, ties toward zero (``code = #midpoints below |x|``); the low nibble
+holds the even column. Block scale ``b = e4m3(amax_block / (6 * s_row))`` with
+``s_row = amax_row / (6 * 448)``, so every block scale fits e4m3's range whatever the state's size.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import torch
+
+FP8_MAX = 448.0
+FP4_MAX = 6.0
+FP4_BLOCK = 16
+FP4_MIDPOINTS = (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0)
+FP4_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+READ_DTYPES = ("bf16", "fp16", "fp8", "fp4")
+
+
+@dataclasses.dataclass(frozen=True)
+class ReadFormat:
+    name: str
+
+    @property
+    def bits(self) -> float:
+        return {"bf16": 16, "fp16": 16, "fp8": 8, "fp4": 4}[self.name]
+
+    def alloc(self, shape, device) -> dict[str, torch.Tensor]:
+        """Zeroed storage for read copies of states of ``shape = [..., R, C]``."""
+        *lead, C = shape
+        if self.name in ("bf16", "fp16"):
+            return {"data": torch.zeros(shape, dtype=_torch_dtype(self.name), device=device)}
+        if self.name == "fp8":
+            return {"data": torch.zeros(shape, dtype=torch.float8_e4m3fn, device=device),
+                    "row_scale": torch.ones(lead, dtype=torch.float32, device=device)}
+        nb = -(-C // FP4_BLOCK)
+        return {"data": torch.zeros(*lead, nb * FP4_BLOCK // 2, dtype=torch.uint8, device=device),
+                "block_scale": torch.zeros(*lead, nb, dtype=torch.float8_e4m3fn, device=device),
+                "row_scale": torch.ones(lead, dtype=torch.float32, device=device)}
+
+    def quantize(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Parts of the read copy of fp32 ``x [..., R, C]`` (same keys as :meth:`alloc`)."""
+        x = x.float()
+        if self.name in ("bf16", "fp16"):
+            return {"data": x.to(_torch_dtype(self.name))}
+        if self.name == "fp8":
+            s = _row_scale(x, FP8_MAX)
+            return {"data": (x / s[..., None]).to(torch.float8_e4m3fn), "row_scale": s}
+        return _fp4_quantize(x)
+
+    def dequantize(self, parts: dict[str, torch.Tensor], C: Optional[int] = None) -> torch.Tensor:
+        """fp32 values of a read copy; ``C`` trims fp4's padding to the state's last dim."""
+        if self.name in ("bf16", "fp16"):
+            return parts["data"].float()
+        if self.name == "fp8":
+            return parts["data"].float() * parts["row_scale"][..., None]
+        return _fp4_dequantize(parts, C)
+
+
+def read_format(name: Optional[str]) -> Optional[ReadFormat]:
+    if name is None or name == "none":
+        return None
+    if name not in READ_DTYPES:
+        raise ValueError(f"read copy dtype must be one of {('none',) + READ_DTYPES}, got {name!r}")
+    return ReadFormat(name)
+
+
+def _torch_dtype(name):
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}[name]
+
+
+def _row_scale(x: torch.Tensor, qmax: float) -> torch.Tensor:
+    amax = x.abs().amax(-1)
+    amax = torch.where(torch.isfinite(amax), amax, torch.zeros_like(amax))
+    return torch.where(amax > 0, amax / qmax, torch.ones_like(amax))
+
+
+def _fp4_quantize(x: torch.Tensor) -> dict[str, torch.Tensor]:
+    *lead, C = x.shape
+    nb = -(-C // FP4_BLOCK)
+    xp = torch.nn.functional.pad(x, (0, nb * FP4_BLOCK - C)).view(*lead, nb, FP4_BLOCK)
+    s_row = _row_scale(x, FP4_MAX * FP8_MAX)
+    b = (xp.abs().amax(-1) / (FP4_MAX * s_row[..., None])).to(torch.float8_e4m3fn)
+    scale = b.float() * s_row[..., None]
+    y = (xp.abs() / torch.where(scale > 0, scale, torch.ones_like(scale))[..., None])
+    code = torch.zeros_like(y, dtype=torch.uint8)
+    for m in FP4_MIDPOINTS:
+        code += (y > m).to(torch.uint8)
+    code |= (xp < 0).to(torch.uint8) << 3
+    code = code.view(*lead, nb * FP4_BLOCK // 2, 2)
+    return {"data": code[..., 0] | (code[..., 1] << 4), "block_scale": b, "row_scale": s_row}
+
+
+def _fp4_dequantize(parts, C: Optional[int]) -> torch.Tensor:
+    data, b, s_row = parts["data"], parts["block_scale"], parts["row_scale"]
+    codes = torch.stack((data & 0xF, data >> 4), dim=-1).flatten(-2).long()
+    table = torch.tensor(FP4_VALUES, dtype=torch.float32, device=data.device)
+    mag = table[codes & 7]
+    val = torch.where((codes & 8) != 0, -mag, mag)
+    *lead, ncol = val.shape
+    nb = b.shape[-1]
+    val = val.view(*lead, nb, FP4_BLOCK) * (b.float() * s_row[..., None])[..., None]
+    val = val.view(*lead, ncol)
+    return val if C is None else val[..., :C]

@@ -1,0 +1,260 @@
+"""``ReplayState``: one recurrent state (or slot pool) held in ReplaySSM form.
+
+The user's state tensor *is* the checkpoint. Beside it the object owns, per physical slot:
+
+    ring      the last (up to) L input records:  log_a [N, L, Hv(, K)], k [N, L, Hk, K], u [N, L, Hv, V]
+              (+ raw v [N, L, Hv, V] and beta [N, L, Hv] for delta-rule folds replayed exactly)
+    count     [N] int32   committed records since the checkpoint (device tensor; never read on the host)
+    flushes   [N] int64   checkpoint writes so far (also keys stochastic rounding)
+    nonfinite [N] bool    a non-finite input reached this slot since its last reset
+    read      optional low-precision read copy of the checkpoint (see ``quant``)
+
+Rows of a call address slots through ``slots [B]`` (the serving-engine layout; -1 marks a padding
+row that touches nothing and gets a zero output). ``slots=None`` means row b is slot b.
+
+# NOTE [cursor invariants]
+``0 <= count <= L`` always; records at ring positions ``>= count`` are garbage and are masked, never
+multiplied by zero (they may hold NaN from a poisoned earlier sequence). ``reset`` zeroes the
+checkpoint, read copy, ring and cursors of a slot. Value checks on slots and acceptance counts need
+the host and are skipped while a CUDA graph is being captured (kernels clamp instead).
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence, Union
+
+import torch
+
+from ..families import RecurrenceFamily, get_family
+from ..families.base import Canonical, LAYOUTS, compute_dtype
+from . import quant, reference
+
+_CHECKPOINT_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
+
+
+class ReplayError(ValueError):
+    """Bad input to a replay operation; the state was not touched."""
+
+
+class ReplayState:
+    """A recurrent state in replay form.
+
+    Args:
+        state: the checkpoint, ``[N, Hv, K, V]`` (layout ``"kv"``) or ``[N, Hv, V, K]`` (``"vk"``); N is
+            the batch of a plain state or the number of slots of a pool. Updated in place at flushes.
+        family: a :class:`RecurrenceFamily` or a registered name.
+        window: L, records kept before a flush (``L = 1`` is the standard recurrence).
+        layout: ``"kv"`` or ``"vk"``.
+        k_heads: query/key heads Hk (Hv must be a multiple); default Hv.
+        read_dtype: ``None``/``"none"``, ``"bf16"``, ``"fp16"``, ``"fp8"`` or ``"fp4"``.
+        ring_dtype: dtype of ring records (default: the compute dtype, float32 or float64).
+        stochastic_rounding: round the flush write of a bf16/fp16 checkpoint stochastically.
+        seed: base seed of stochastic rounding (streams are per slot and flush).
+        validate: check slot indices and acceptance counts on the host (skipped during graph capture).
+    """
+
+    def __init__(self, state: torch.Tensor, family: Union[str, RecurrenceFamily], window: int, *,
+                 layout: str = "kv", k_heads: Optional[int] = None, read_dtype: Optional[str] = None,
+                 ring_dtype: Optional[torch.dtype] = None, stochastic_rounding: bool = False, seed: int = 0,
+                 validate: bool = True):
+        self.family = get_family(family) if isinstance(family, str) else family
+        if not isinstance(window, int) or isinstance(window, bool) or window < 1:
+            raise ReplayError(f"window L must be an integer >= 1, got {window!r}")
+        if layout not in LAYOUTS:
+            raise ReplayError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+        if not isinstance(state, torch.Tensor) or state.dim() != 4:
+            raise ReplayError(f"state must be a 4-D tensor [N, Hv, K, V] or [N, Hv, V, K], got "
+                              f"{getattr(state, 'shape', type(state))}")
+        if state.dtype not in _CHECKPOINT_DTYPES:
+            raise ReplayError(f"state dtype must be one of {_CHECKPOINT_DTYPES}, got {state.dtype}")
+        if stochastic_rounding and state.dtype not in (torch.bfloat16, torch.float16):
+            raise ReplayError("stochastic_rounding needs a bf16 or fp16 checkpoint")
+        self.state, self.window, self.layout = state, window, layout
+        self.num_slots, self.num_heads = state.shape[0], state.shape[1]
+        self.head_k, self.head_v = (state.shape[2], state.shape[3]) if layout == "kv" else (state.shape[3], state.shape[2])
+        self.num_k_heads = k_heads or self.num_heads
+        if self.num_heads % self.num_k_heads:
+            raise ReplayError(f"{self.num_heads} value heads is not a multiple of k_heads={self.num_k_heads}")
+        self.compute_dtype = compute_dtype(state.dtype)
+        self.read_format = quant.read_format(read_dtype)
+        self.stochastic_rounding, self.seed, self.validate = stochastic_rounding, int(seed), validate
+        # delta-rule folds replay raw inputs when reads are approximate (REPLAYSSM.md section 4)
+        self.raw_fold = self.family.delta and self.read_format is not None
+        self._alloc(ring_dtype or self.compute_dtype)
+        self._pending: Optional[tuple[Optional[torch.Tensor], int]] = None
+
+    # ----------------------------------------------------------------------------------- buffers
+    def _alloc(self, ring_dtype):
+        N, L, H, Hk, K, V, dev = (self.num_slots, self.window, self.num_heads, self.num_k_heads,
+                                  self.head_k, self.head_v, self.state.device)
+        z = lambda *s, dtype=ring_dtype: torch.zeros(*s, dtype=dtype, device=dev)  # noqa: E731
+        self.ring = {"k": z(N, L, Hk, K), "u": z(N, L, H, V)}
+        if self.family.decay == "scalar":
+            self.ring["log_a"] = z(N, L, H, dtype=self.compute_dtype)
+        elif self.family.decay == "channel":
+            self.ring["log_a"] = z(N, L, H, K, dtype=self.compute_dtype)
+        if self.raw_fold:
+            self.ring["v"], self.ring["beta"] = z(N, L, H, V), z(N, L, H)
+        self.count = torch.zeros(N, dtype=torch.int32, device=dev)
+        self.flushes = torch.zeros(N, dtype=torch.int64, device=dev)
+        self.nonfinite = torch.zeros(N, dtype=torch.bool, device=dev)
+        self.read = None
+        if self.read_format is not None:
+            self.read = self.read_format.alloc(self.state.shape, dev)
+            for name, part in self.read_format.quantize(self.state.float()).items():
+                self.read[name].copy_(part)
+
+    def memory_report(self) -> dict:
+        """Bytes held: checkpoint, read copy, ring, cursors, their total, and the total per slot."""
+        nbytes = lambda ts: sum(t.numel() * t.element_size() for t in ts)  # noqa: E731
+        rep = {"checkpoint": nbytes([self.state]),
+               "read_copy": nbytes(self.read.values()) if self.read else 0,
+               "ring": nbytes(self.ring.values()),
+               "cursors": nbytes([self.count, self.flushes, self.nonfinite])}
+        rep["total"] = sum(rep.values())
+        rep["per_slot"] = rep["total"] / self.num_slots
+        return rep
+
+    # -------------------------------------------------------------------------------- operations
+    def step(self, q, k, v, log_a=None, beta=None, *, slots=None, force_flush: bool = False) -> torch.Tensor:
+        """Decode one token per row; returns ``o [B, Hv, V]``.
+
+        Inputs are canonical (``q, k [B, Hk, K]``, ``v [B, Hv, V]``, ``log_a [B, Hv] | [B, Hv, K]``,
+        ``beta [B, Hv]``). Each row appends its record; a row whose ring becomes full folds it into
+        the checkpoint (each row at its own phase). ``force_flush`` folds every row (the standard route).
+        """
+        self._no_pending("step")
+        if not all(t is None or isinstance(t, torch.Tensor) for t in (q, k, v, log_a, beta)):
+            raise ReplayError("step inputs must be tensors (or None)")
+        x = Canonical(*(None if t is None else t[:, None] for t in (q, k, v, log_a, beta)))
+        return self._advance(x, slots, commit=True, force_flush=force_flush)[:, 0]
+
+    def verify(self, q, k, v, log_a=None, beta=None, *, slots=None) -> torch.Tensor:
+        """Outputs of ``T`` draft tokens per row (inputs ``[B, T, ...]``), records appended tentatively.
+
+        Returns ``o [B, T, Hv, V]``. Follow with :meth:`commit`. Rows whose ring cannot take ``T`` more
+        records fold their committed ones first.
+        """
+        self._no_pending("verify")
+        x = Canonical(q, k, v, log_a, beta)
+        o = self._advance(x, slots, commit=False, force_flush=False)
+        self._pending = (slots, q.shape[1])
+        return o
+
+    def commit(self, n_accepted) -> None:
+        """Keep the first ``n_accepted[b]`` (0..T) draft records of each row of the last verify."""
+        if self._pending is None:
+            raise ReplayError("commit without a pending verify")
+        slots, T = self._pending
+        B = self.num_slots if slots is None else slots.shape[0]
+        n = torch.as_tensor(n_accepted, device=self.count.device)
+        if n.dim() == 0:
+            n = n.expand(B)
+        if n.shape != (B,) or n.dtype.is_floating_point or n.dtype == torch.bool:
+            raise ReplayError(f"n_accepted must be an integer or an integer tensor of shape [{B}], got "
+                              f"{tuple(n.shape)} {n.dtype}")
+        if self._checking() and bool(((n < 0) | (n > T)).any()):
+            raise ReplayError(f"n_accepted must lie in [0, T={T}], got {n.tolist()}")
+        rows, s = self._rows(slots, B)
+        self.count[s] += n[rows].to(self.count.dtype)
+        self._pending = None
+
+    def materialize(self, slots=None) -> torch.Tensor:
+        """Make the checkpoint exact (fold committed records); the state tensor is returned."""
+        self._no_pending("materialize")
+        _, s = self._rows(slots, None)
+        reference.materialize(self, s)
+        return self.state
+
+    def reload(self, slots=None) -> None:
+        """The checkpoint of ``slots`` was written from outside: drop their rings, rebuild their read copy."""
+        self._no_pending("reload")
+        _, s = self._rows(slots, None)
+        self.count[s] = 0
+        if self.read_format is not None:
+            for name, part in self.read_format.quantize(self.state[s].float()).items():
+                self.read[name][s] = part
+
+    def reset(self, slots) -> None:
+        """Start ``slots`` clean: zero checkpoint, read copy, ring and cursors (a recycled slot)."""
+        self._no_pending("reset")
+        _, s = self._rows(torch.as_tensor(slots, device=self.state.device).view(-1), None)
+        self.state[s] = 0
+        for buf in (*self.ring.values(), self.count, self.flushes, self.nonfinite):
+            buf[s] = 0
+        if self.read_format is not None:
+            for name, part in self.read_format.quantize(torch.zeros_like(self.state[s], dtype=torch.float32)).items():
+                self.read[name][s] = part
+
+    # ----------------------------------------------------------------------------------- helpers
+    def _advance(self, x: Canonical, slots, *, commit, force_flush):
+        B = self._check_inputs(x)
+        rows, s = self._rows(slots, B)
+        out = torch.zeros(B, x.q.shape[1], self.num_heads, self.head_v, dtype=self.compute_dtype,
+                          device=self.state.device)
+        if rows.numel():
+            xs = Canonical(*(None if t is None else t[rows] for t in x))
+            out[rows] = reference.advance(self, xs, rows, s, commit=commit, force_flush=force_flush)
+        return out
+
+    def _checking(self) -> bool:
+        return self.validate and not (self.state.is_cuda and torch.cuda.is_current_stream_capturing())
+
+    def _no_pending(self, op):
+        if self._pending is not None:
+            raise ReplayError(f"{op} between verify and commit: commit the pending draft first")
+
+    def _rows(self, slots, B: Optional[int]):
+        """``(rows, slots)`` of the non-padding rows of a call; ``slots=None`` means row b is slot b."""
+        dev = self.state.device
+        if slots is None:
+            if B is not None and B != self.num_slots:
+                raise ReplayError(f"batch of {B} rows but the state has {self.num_slots} slots: pass slots=")
+            idx = torch.arange(self.num_slots, device=dev)
+            return idx, idx
+        if not isinstance(slots, torch.Tensor) or slots.dim() != 1 or slots.dtype not in (torch.int32, torch.int64):
+            raise ReplayError("slots must be a 1-D int32/int64 tensor (-1 marks a padding row)")
+        if slots.device != dev:
+            raise ReplayError(f"slots are on {slots.device}, the state on {dev}")
+        if B is not None and slots.shape[0] != B:
+            raise ReplayError(f"{slots.shape[0]} slot indices for a batch of {B} rows")
+        if self._checking():
+            bad = (slots < -1) | (slots >= self.num_slots)
+            if bool(bad.any()):
+                raise ReplayError(f"unknown slot(s) {slots[bad].tolist()}: the pool has {self.num_slots} slots")
+            real = slots[slots >= 0]
+            if real.unique().numel() != real.numel():
+                raise ReplayError("a slot appears in two rows of one call")
+        rows = (slots >= 0).nonzero().view(-1)
+        return rows, slots[rows].long()
+
+    def _check_inputs(self, x: Canonical) -> int:
+        fam, H, Hk, K, V = self.family, self.num_heads, self.num_k_heads, self.head_k, self.head_v
+        if not isinstance(x.q, torch.Tensor) or x.q.dim() != 4:
+            raise ReplayError(f"q must be [B, Hk, K] (or [B, T, Hk, K] for verify), got {getattr(x.q, 'shape', x.q)}")
+        B, T = x.q.shape[:2]
+        if T < 1 or T > self.window:
+            raise ReplayError(f"draft length T={T} must lie in [1, L={self.window}]")
+        want = {"q": (B, T, Hk, K), "k": (B, T, Hk, K), "v": (B, T, H, V),
+                "log_a": None if fam.decay == "none" else ((B, T, H) if fam.decay == "scalar" else (B, T, H, K)),
+                "beta": (B, T, H) if fam.delta else None}
+        for name, t in zip(x._fields, x):
+            shape = want[name]
+            if shape is None:
+                if t is not None:
+                    raise ReplayError(f"family {fam.name!r} takes no {name}")
+                continue
+            if not isinstance(t, torch.Tensor):
+                raise ReplayError(f"family {fam.name!r} needs {name} of shape {shape}")
+            if tuple(t.shape) != shape:
+                raise ReplayError(f"{name} has shape {tuple(t.shape)}, expected {shape} (B, T, heads, dim) "
+                                  f"for this state (Hv={H}, Hk={Hk}, K={K}, V={V})")
+            if not t.dtype.is_floating_point:
+                raise ReplayError(f"{name} must be floating point, got {t.dtype}")
+            if t.device != self.state.device:
+                raise ReplayError(f"{name} is on {t.device}, the state on {self.state.device}")
+        return B
+
+
+def as_slots(slots: Union[None, Sequence[int], torch.Tensor], device) -> Optional[torch.Tensor]:
+    """Convenience: turn a list of slot indices into the int64 tensor the operations take."""
+    return None if slots is None else torch.as_tensor(slots, dtype=torch.int64, device=device)
