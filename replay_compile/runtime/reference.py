@@ -106,11 +106,36 @@ def _store_checkpoint(rs, slots, S, flush_index):
             rs.read[name][slots] = part
 
 
-def advance(rs, x: Canonical, rows: torch.Tensor, slots: torch.Tensor, *, commit: bool, force_flush: bool):
-    """Append ``T`` tokens per row and return their outputs ``[n, T, Hv, V]`` (rows ``rows`` of the call).
+def _live_rows(rs, slots, B):
+    """``(rows, slots)`` of a call's non-padding rows (a host sync on GPU: this is the reference)."""
+    if slots is None:
+        idx = torch.arange(rs.num_slots, device=rs.state.device)
+        return idx, idx
+    rows = (slots >= 0).nonzero().view(-1)
+    return rows, slots[rows].long()
 
-    ``x`` fields carry ``[n, T, ...]`` for the selected rows only; see NOTE [flush points].
+
+def advance(rs, x: Canonical, slots, *, commit: bool, force_flush: bool) -> torch.Tensor:
+    """Append ``T`` tokens per row (inputs ``[B, T, ...]``); outputs ``[B, T, Hv, V]``, zero on padding rows.
+
+    See NOTE [flush points].
     """
+    B, T = x.q.shape[:2]
+    out = torch.zeros(B, T, rs.num_heads, rs.head_v, dtype=rs.compute_dtype, device=rs.state.device)
+    rows, slots = _live_rows(rs, slots, B)
+    if rows.numel():
+        xs = Canonical(*(None if t is None else t[rows] for t in x))
+        out[rows] = _advance_rows(rs, xs, slots, commit=commit, force_flush=force_flush)
+    return out
+
+
+def commit(rs, n_accepted: torch.Tensor, slots) -> None:
+    """Advance each row's committed count by its accepted drafts (``n_accepted [B]``)."""
+    rows, s = _live_rows(rs, slots, n_accepted.shape[0])
+    rs.count[s] += n_accepted[rows].to(rs.count.dtype)
+
+
+def _advance_rows(rs, x: Canonical, slots: torch.Tensor, *, commit: bool, force_flush: bool):
     cd, decay, L = rs.compute_dtype, rs.family.decay, rs.window
     T = x.q.shape[1]
     count = rs.count[slots].long()
@@ -186,8 +211,9 @@ def _finite_rows(x: Canonical) -> torch.Tensor:
     return ok
 
 
-def materialize(rs, slots: torch.Tensor):
-    """Fold the committed records of ``slots`` into their checkpoints (count -> 0)."""
+def materialize(rs, slots) -> None:
+    """Fold the committed records of ``slots`` (None: all) into their checkpoints (count -> 0)."""
+    _, slots = _live_rows(rs, slots, None)
     count = rs.count[slots].long()
     S = kv_view(rs.state[slots], rs.layout).to(rs.compute_dtype)
     window = _gather_window(rs, slots, count)

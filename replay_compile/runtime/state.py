@@ -50,12 +50,14 @@ class ReplayState:
         stochastic_rounding: round the flush write of a bf16/fp16 checkpoint stochastically.
         seed: base seed of stochastic rounding (streams are per slot and flush).
         validate: check slot indices and acceptance counts on the host (skipped during graph capture).
+        kernels: ``"torch"`` (plain-torch reference), ``"triton"`` (generated kernels; on the CPU they run
+            under ``TRITON_INTERPRET=1``) or ``"auto"`` (Triton on CUDA, torch elsewhere).
     """
 
     def __init__(self, state: torch.Tensor, family: Union[str, RecurrenceFamily], window: int, *,
                  layout: str = "kv", k_heads: Optional[int] = None, read_dtype: Optional[str] = None,
                  ring_dtype: Optional[torch.dtype] = None, stochastic_rounding: bool = False, seed: int = 0,
-                 validate: bool = True):
+                 validate: bool = True, kernels: str = "auto"):
         self.family = get_family(family) if isinstance(family, str) else family
         if not isinstance(window, int) or isinstance(window, bool) or window < 1:
             raise ReplayError(f"window L must be an integer >= 1, got {window!r}")
@@ -80,6 +82,7 @@ class ReplayState:
         # delta-rule folds replay raw inputs when reads are approximate (REPLAYSSM.md section 4)
         self.raw_fold = self.family.delta and self.read_format is not None
         self._alloc(ring_dtype or self.compute_dtype)
+        self.impl = _select_impl(kernels, self.state.device)
         self._pending: Optional[tuple[Optional[torch.Tensor], int]] = None
 
     # ----------------------------------------------------------------------------------- buffers
@@ -154,21 +157,22 @@ class ReplayState:
                               f"{tuple(n.shape)} {n.dtype}")
         if self._checking() and bool(((n < 0) | (n > T)).any()):
             raise ReplayError(f"n_accepted must lie in [0, T={T}], got {n.tolist()}")
-        rows, s = self._rows(slots, B)
-        self.count[s] += n[rows].to(self.count.dtype)
+        self._check_slots(slots, B)
+        self.impl.commit(self, n, slots)
         self._pending = None
 
     def materialize(self, slots=None) -> torch.Tensor:
         """Make the checkpoint exact (fold committed records); the state tensor is returned."""
         self._no_pending("materialize")
-        _, s = self._rows(slots, None)
-        reference.materialize(self, s)
+        slots = as_slots(slots, self.state.device)
+        self._check_slots(slots, None)
+        self.impl.materialize(self, slots)
         return self.state
 
     def reload(self, slots=None) -> None:
         """The checkpoint of ``slots`` was written from outside: drop their rings, rebuild their read copy."""
         self._no_pending("reload")
-        _, s = self._rows(slots, None)
+        s = self._slot_index(slots)
         self.count[s] = 0
         if self.read_format is not None:
             for name, part in self.read_format.quantize(self.state[s].float()).items():
@@ -177,7 +181,7 @@ class ReplayState:
     def reset(self, slots) -> None:
         """Start ``slots`` clean: zero checkpoint, read copy, ring and cursors (a recycled slot)."""
         self._no_pending("reset")
-        _, s = self._rows(torch.as_tensor(slots, device=self.state.device).view(-1), None)
+        s = self._slot_index(torch.as_tensor(slots, device=self.state.device).view(-1))
         self.state[s] = 0
         for buf in (*self.ring.values(), self.count, self.flushes, self.nonfinite):
             buf[s] = 0
@@ -187,14 +191,15 @@ class ReplayState:
 
     # ----------------------------------------------------------------------------------- helpers
     def _advance(self, x: Canonical, slots, *, commit, force_flush):
-        B = self._check_inputs(x)
-        rows, s = self._rows(slots, B)
-        out = torch.zeros(B, x.q.shape[1], self.num_heads, self.head_v, dtype=self.compute_dtype,
-                          device=self.state.device)
-        if rows.numel():
-            xs = Canonical(*(None if t is None else t[rows] for t in x))
-            out[rows] = reference.advance(self, xs, rows, s, commit=commit, force_flush=force_flush)
-        return out
+        self._check_inputs(x)
+        self._check_slots(slots, x.q.shape[0])
+        return self.impl.advance(self, x, slots, commit=commit, force_flush=force_flush)
+
+    def _slot_index(self, slots):
+        """Index of the slots a maintenance call touches (all slots for None; padding dropped)."""
+        slots = as_slots(slots, self.state.device)
+        self._check_slots(slots, None)
+        return slice(None) if slots is None else slots[slots >= 0]
 
     def _checking(self) -> bool:
         return self.validate and not (self.state.is_cuda and torch.cuda.is_current_stream_capturing())
@@ -203,18 +208,16 @@ class ReplayState:
         if self._pending is not None:
             raise ReplayError(f"{op} between verify and commit: commit the pending draft first")
 
-    def _rows(self, slots, B: Optional[int]):
-        """``(rows, slots)`` of the non-padding rows of a call; ``slots=None`` means row b is slot b."""
-        dev = self.state.device
+    def _check_slots(self, slots, B: Optional[int]) -> None:
+        """Validate ``slots`` (None: row b is slot b) for a call of ``B`` rows (None: any)."""
         if slots is None:
             if B is not None and B != self.num_slots:
                 raise ReplayError(f"batch of {B} rows but the state has {self.num_slots} slots: pass slots=")
-            idx = torch.arange(self.num_slots, device=dev)
-            return idx, idx
+            return
         if not isinstance(slots, torch.Tensor) or slots.dim() != 1 or slots.dtype not in (torch.int32, torch.int64):
             raise ReplayError("slots must be a 1-D int32/int64 tensor (-1 marks a padding row)")
-        if slots.device != dev:
-            raise ReplayError(f"slots are on {slots.device}, the state on {dev}")
+        if slots.device != self.state.device:
+            raise ReplayError(f"slots are on {slots.device}, the state on {self.state.device}")
         if B is not None and slots.shape[0] != B:
             raise ReplayError(f"{slots.shape[0]} slot indices for a batch of {B} rows")
         if self._checking():
@@ -224,8 +227,6 @@ class ReplayState:
             real = slots[slots >= 0]
             if real.unique().numel() != real.numel():
                 raise ReplayError("a slot appears in two rows of one call")
-        rows = (slots >= 0).nonzero().view(-1)
-        return rows, slots[rows].long()
 
     def _check_inputs(self, x: Canonical) -> int:
         fam, H, Hk, K, V = self.family, self.num_heads, self.num_k_heads, self.head_k, self.head_v
@@ -253,6 +254,16 @@ class ReplayState:
             if t.device != self.state.device:
                 raise ReplayError(f"{name} is on {t.device}, the state on {self.state.device}")
         return B
+
+
+def _select_impl(kernels: str, device: torch.device):
+    """The module implementing ``advance / commit / materialize`` for this state."""
+    if kernels not in ("auto", "torch", "triton"):
+        raise ReplayError(f"kernels must be 'auto', 'torch' or 'triton', got {kernels!r}")
+    if kernels == "torch" or (kernels == "auto" and device.type != "cuda"):
+        return reference
+    from . import triton_impl  # noqa: PLC0415  (imports triton)
+    return triton_impl
 
 
 def as_slots(slots: Union[None, Sequence[int], torch.Tensor], device) -> Optional[torch.Tensor]:
