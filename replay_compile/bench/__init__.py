@@ -1,0 +1,1 @@
+"""Benchmarks behind ``replayssm bench ...`` (thin wrappers live in ``benchmarks/``)."""
