@@ -1,0 +1,155 @@
+"""The standard fused decode kernel: read S, update, write S, output, in one pass over the state.
+
+This is the baseline every replay kernel is measured against, and the route the replay dispatch takes
+at small batch (where replay cannot win). One template serves every family: the decay kind
+(``"none"`` / ``"scalar"`` / ``"channel"``) and the delta rule are compile-time switches, the state
+layout is resolved into strides on the host, grouped q/k heads are an index division.
+
+One program owns one ``[K, BV]`` tile of one (row, value head): the whole key axis (the delta rule and
+the output reduce over it) and a block of value columns (independent of each other), so a state
+element is read once and written once, and the tile never leaves registers.
+
+The same kernel runs ``T`` tokens per row with the tile in registers; the snapshot baseline
+(``snapshot.py``) uses that to write one full state per draft token.
+
+# NOTE [slot tables]
+Row ``b`` reads the state at slot ``src[b]`` and writes it back to ``dst[b, j]``. A slot of ``-1`` marks
+a padding row: it reads nothing, writes no state and outputs zeros (its inputs may hold garbage,
+even NaN). ``standard_step`` passes ``dst = src`` (update in place); snapshots pass ``T`` columns.
+Slot indices are int64 so slot offsets into large pools cannot overflow 32-bit arithmetic.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+_DECAY_CODE = {"none": 0, "scalar": 1, "channel": 2}
+
+
+@triton.jit
+def _recurrent_decode_kernel(
+    state, q, k, v, log_a, beta, o, src, dst,
+    stride_sn, stride_sh, stride_sk, stride_sv, stride_dst,
+    T: tl.constexpr, HV: tl.constexpr, GROUP: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+    BK: tl.constexpr, BV: tl.constexpr,
+    DECAY: tl.constexpr, DELTA: tl.constexpr, STORE_EVERY_TOKEN: tl.constexpr,
+):
+    """One ``[BK, BV]`` state tile of row ``b``, value head ``h``, over ``T`` tokens.
+
+    Inputs ``q, k [B, T, HV // GROUP, K]``, ``v [B, T, HV, V]``, ``log_a [B, T, HV(, K)]``,
+    ``beta [B, T, HV]``, output ``o [B, T, HV, V]``; the state is addressed through its strides
+    (``stride_sk`` / ``stride_sv`` step along the key / value axis, whatever the layout).
+    """
+    i_bh = tl.program_id(0).to(tl.int64)
+    i_v = tl.program_id(1)
+    i_b, i_h = i_bh // HV, i_bh % HV
+    i_hk = i_h // GROUP
+    CD = o.dtype.element_ty
+
+    offs_k = tl.arange(0, BK)
+    offs_v = i_v * BV + tl.arange(0, BV)
+    mask_k, mask_v = offs_k < K, offs_v < V
+    tile = offs_k[:, None] * stride_sk + offs_v[None, :] * stride_sv
+    mask_tile = mask_k[:, None] & mask_v[None, :]
+
+    slot = tl.load(src + i_b)
+    live = slot >= 0
+    head = state + i_h * stride_sh
+    S = tl.load(head + tl.maximum(slot, 0) * stride_sn + tile, mask=mask_tile & live, other=0).to(CD)
+
+    for t in tl.static_range(T):
+        tok = i_b * T + t
+        b_q = tl.load(q + (tok * (HV // GROUP) + i_hk) * K + offs_k, mask=mask_k, other=0).to(CD)
+        b_k = tl.load(k + (tok * (HV // GROUP) + i_hk) * K + offs_k, mask=mask_k, other=0).to(CD)
+        b_v = tl.load(v + (tok * HV + i_h) * V + offs_v, mask=mask_v, other=0).to(CD)
+        if DECAY == 1:
+            S = S * tl.exp(tl.load(log_a + tok * HV + i_h).to(CD))
+        elif DECAY == 2:
+            g = tl.load(log_a + (tok * HV + i_h) * K + offs_k, mask=mask_k, other=0).to(CD)
+            S = S * tl.exp(g)[:, None]
+        if DELTA:
+            b_beta = tl.load(beta + tok * HV + i_h).to(CD)
+            b_v = b_beta * (b_v - tl.sum(S * b_k[:, None], axis=0))
+        S = S + b_k[:, None] * b_v[None, :]
+        b_o = tl.sum(S * b_q[:, None], axis=0)
+        tl.store(o + (tok * HV + i_h) * V + offs_v, tl.where(live, b_o, 0.0), mask=mask_v)
+        if STORE_EVERY_TOKEN:
+            out_slot = tl.load(dst + i_b * stride_dst + t)
+            tl.store(head + tl.maximum(out_slot, 0) * stride_sn + tile, S.to(state.dtype.element_ty),
+                     mask=mask_tile & live & (out_slot >= 0))
+    if not STORE_EVERY_TOKEN:
+        out_slot = tl.load(dst + i_b * stride_dst)
+        tl.store(head + tl.maximum(out_slot, 0) * stride_sn + tile, S.to(state.dtype.element_ty),
+                 mask=mask_tile & live & (out_slot >= 0))
+
+
+def default_block_v(head_k: int, head_v: int) -> int:
+    """Value columns per program: a ~4K-element tile (16 KB fp32), enough bytes in flight per SM."""
+    return max(1, min(triton.next_power_of_2(head_v), 4096 // triton.next_power_of_2(head_k)))
+
+
+def _launch(state, q, k, v, log_a, beta, src, dst, *, delta, decay, layout, store_every_token,
+            block_v=None, num_warps=None):
+    """Run the kernel over ``B`` rows of ``T`` tokens (inputs ``[B, T, ...]``); returns ``o [B, T, Hv, V]``."""
+    if decay not in _DECAY_CODE:
+        raise ValueError(f"decay must be one of {tuple(_DECAY_CODE)}, got {decay!r}")
+    if layout not in ("kv", "vk"):
+        raise ValueError(f"layout must be 'kv' or 'vk', got {layout!r}")
+    if (log_a is None) != (decay == "none") or (beta is None) == delta:
+        raise ValueError(f"log_a/beta do not match decay={decay!r}, delta={delta}")
+    B, T, Hk, K = q.shape
+    Hv, V = v.shape[2], v.shape[3]
+    if Hv % Hk:
+        raise ValueError(f"{Hv} value heads is not a multiple of {Hk} key heads")
+    stride_sk, stride_sv = (state.stride(2), state.stride(3)) if layout == "kv" else (state.stride(3), state.stride(2))
+    cd = torch.float64 if state.dtype == torch.float64 else torch.float32
+    o = torch.empty(B, T, Hv, V, dtype=cd, device=state.device)
+    BK = triton.next_power_of_2(K)
+    BV = block_v or default_block_v(K, V)
+    contig = lambda t: None if t is None else t.contiguous()  # noqa: E731
+    grid = (B * Hv, triton.cdiv(V, BV))
+    _recurrent_decode_kernel[grid](
+        state, contig(q), contig(k), contig(v), contig(log_a), contig(beta), o, src, dst,
+        state.stride(0), state.stride(1), stride_sk, stride_sv, dst.stride(0),
+        T=T, HV=Hv, GROUP=Hv // Hk, K=K, V=V, BK=BK, BV=BV,
+        DECAY=_DECAY_CODE[decay], DELTA=delta, STORE_EVERY_TOKEN=store_every_token,
+        num_warps=num_warps or (4 if BK * BV >= 2048 else 1),
+    )
+    return o
+
+
+def row_slots(slots: Optional[torch.Tensor], batch: int, device) -> torch.Tensor:
+    """Slot of each row as int64 ``[B]`` (``None``: row b is slot b)."""
+    if slots is None:
+        return torch.arange(batch, dtype=torch.int64, device=device)
+    return slots.to(device=device, dtype=torch.int64).contiguous()
+
+
+def standard_step(state: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                  log_a: Optional[torch.Tensor] = None, beta: Optional[torch.Tensor] = None, *,
+                  delta: bool, decay: str, layout: str, slots: Optional[torch.Tensor] = None,
+                  block_v: Optional[int] = None, num_warps: Optional[int] = None) -> torch.Tensor:
+    """One decode token per row with the standard recurrence, state updated in place.
+
+    Args:
+        state: ``[N, Hv, K, V]`` (layout ``"kv"``) or ``[N, Hv, V, K]`` (``"vk"``), any float dtype
+            (arithmetic in fp32; fp64 for fp64 states). May be a strided view.
+        q, k: ``[B, Hk, K]``; v: ``[B, Hv, V]``; log_a: ``[B, Hv]`` (scalar decay) or ``[B, Hv, K]``
+            (channel decay) or None; beta: ``[B, Hv]`` (delta rule) or None. Canonical inputs as in
+            ``families/base.py`` (q already scaled).
+        slots: ``[B]`` slot of each row in ``state`` (-1: padding row, zero output, no state touched);
+            None means row b is slot b.
+        block_v, num_warps: tiling overrides (benchmark sweeps); defaults suit the H200.
+    Returns:
+        ``o [B, Hv, V]`` in fp32 (fp64 for fp64 states).
+    """
+    B = q.shape[0]
+    src = row_slots(slots, B, state.device)
+    add_t = lambda t: None if t is None else t[:, None]  # noqa: E731
+    o = _launch(state, add_t(q), add_t(k), add_t(v), add_t(log_a), add_t(beta), src, src[:, None],
+                delta=delta, decay=decay, layout=layout, store_every_token=False,
+                block_v=block_v, num_warps=num_warps)
+    return o[:, 0]
