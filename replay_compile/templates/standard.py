@@ -92,8 +92,11 @@ def default_block_v(head_k: int, head_v: int) -> int:
 
 
 def _launch(state, q, k, v, log_a, beta, src, dst, *, delta, decay, layout, store_every_token,
-            block_v=None, num_warps=None):
-    """Run the kernel over ``B`` rows of ``T`` tokens (inputs ``[B, T, ...]``); returns ``o [B, T, Hv, V]``."""
+            out=None, block_v=None, num_warps=None):
+    """Run the kernel over ``B`` rows of ``T`` tokens (inputs ``[B, T, ...]``); returns ``o [B, T, Hv, V]``.
+
+    ``out`` (optional, contiguous ``[B, T, Hv, V]`` in the compute dtype) receives the outputs.
+    """
     if decay not in _DECAY_CODE:
         raise ValueError(f"decay must be one of {tuple(_DECAY_CODE)}, got {decay!r}")
     if layout not in ("kv", "vk"):
@@ -106,7 +109,9 @@ def _launch(state, q, k, v, log_a, beta, src, dst, *, delta, decay, layout, stor
         raise ValueError(f"{Hv} value heads is not a multiple of {Hk} key heads")
     stride_sk, stride_sv = (state.stride(2), state.stride(3)) if layout == "kv" else (state.stride(3), state.stride(2))
     cd = torch.float64 if state.dtype == torch.float64 else torch.float32
-    o = torch.empty(B, T, Hv, V, dtype=cd, device=state.device)
+    o = torch.empty(B, T, Hv, V, dtype=cd, device=state.device) if out is None else out
+    if o.shape != (B, T, Hv, V) or o.dtype != cd or not o.is_contiguous():
+        raise ValueError(f"out must be a contiguous {cd} tensor of shape {(B, T, Hv, V)}")
     BK = triton.next_power_of_2(K)
     BV = block_v or default_block_v(K, V)
     contig = lambda t: None if t is None else t.contiguous()  # noqa: E731
@@ -131,7 +136,7 @@ def row_slots(slots: Optional[torch.Tensor], batch: int, device) -> torch.Tensor
 def standard_step(state: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                   log_a: Optional[torch.Tensor] = None, beta: Optional[torch.Tensor] = None, *,
                   delta: bool, decay: str, layout: str, slots: Optional[torch.Tensor] = None,
-                  block_v: Optional[int] = None, num_warps: Optional[int] = None) -> torch.Tensor:
+                  out: Optional[torch.Tensor] = None, block_v: Optional[int] = None, num_warps: Optional[int] = None) -> torch.Tensor:
     """One decode token per row with the standard recurrence, state updated in place.
 
     Args:
@@ -142,6 +147,7 @@ def standard_step(state: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
             ``families/base.py`` (q already scaled).
         slots: ``[B]`` slot of each row in ``state`` (-1: padding row, zero output, no state touched);
             None means row b is slot b.
+        out: optional contiguous ``[B, Hv, V]`` output buffer (fp32; fp64 for fp64 states).
         block_v, num_warps: tiling overrides (benchmark sweeps); defaults suit the H200.
     Returns:
         ``o [B, Hv, V]`` in fp32 (fp64 for fp64 states).
@@ -151,5 +157,5 @@ def standard_step(state: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
     add_t = lambda t: None if t is None else t[:, None]  # noqa: E731
     o = _launch(state, add_t(q), add_t(k), add_t(v), add_t(log_a), add_t(beta), src, src[:, None],
                 delta=delta, decay=decay, layout=layout, store_every_token=False,
-                block_v=block_v, num_warps=num_warps)
+                out=None if out is None else out[:, None], block_v=block_v, num_warps=num_warps)
     return o[:, 0]
