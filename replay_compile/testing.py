@@ -70,3 +70,8 @@ class StandardPool:
 
     def reset(self, slots) -> None:
         self.state[torch.as_tensor(slots)] = 0
+
+
+def token(x: Canonical, t, rows=None) -> Canonical:
+    """Token ``t`` of multi-token canonical inputs ``[B, T, ...]`` (rows ``rows`` only, if given)."""
+    return Canonical(*(None if f is None else (f[:, t] if rows is None else f[rows, t]) for f in x))

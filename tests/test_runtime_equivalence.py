@@ -4,16 +4,12 @@ import torch
 
 import replay_compile as rc
 from replay_compile.families.base import Canonical
-from replay_compile.testing import StandardPool, random_canonical, rel_rms
+from replay_compile.testing import StandardPool, random_canonical, rel_rms, token
 
 FAMILIES = [f.name for f in rc.families()]
 TOL = {torch.float64: 1e-12, torch.float32: 1e-5}
 # B rows, Hv value heads, Hk key heads, K, V: odd on purpose
 SHAPE = dict(heads=4, head_k=5, head_v=3, k_heads=2)
-
-
-def _slice(x: Canonical, t, rows=None):
-    return Canonical(*(None if f is None else (f[:, t] if rows is None else f[rows, t]) for f in x))
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -33,9 +29,9 @@ def test_step_matches_standard(family, layout, window):
                 if pool:  # 4 rows (one padding) over a shuffled subset of the 6 slots
                     slots = torch.cat([torch.randperm(n_slots, generator=g)[:3], torch.tensor([-1])])
                     slots = slots[torch.randperm(4, generator=g)]
-                    xt = _slice(x, t, slots.clamp(min=0))
+                    xt = token(x, t, slots.clamp(min=0))
                 else:
-                    slots, xt = None, _slice(x, t)
+                    slots, xt = None, token(x, t)
                 o = rs.step(*xt, slots=slots)
                 o_ref = oracle.step(xt, slots)
                 assert rel_rms(o, o_ref) <= TOL[dtype], (dtype, pool, t)
@@ -66,7 +62,7 @@ def test_verify_commit_matches_accepted_tokens(family):
             rs.commit(n)
             oracle.commit(n)
             if it % 3 == 2:  # single steps between drafts, at whatever phase the commits left
-                xs = Canonical(*(None if f is None else f[slots.clamp(min=0), it] for f in x))
+                xs = token(x, it, slots.clamp(min=0))
                 assert rel_rms(rs.step(*xs, slots=slots), oracle.step(xs, slots)) <= 1e-12
         rs.materialize()
         assert rel_rms(rs.state, oracle.state) <= 1e-12
