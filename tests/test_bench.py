@@ -1,0 +1,67 @@
+"""The kernel benchmark runs end to end on the CPU (``--smoke``) and writes a complete JSON file."""
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from replay_compile.bench import kernels
+
+
+def test_smoke_run_writes_table_and_json(tmp_path, capsys):
+    out = tmp_path / "k.json"
+    assert kernels.main(["--smoke", "--shapes", "smoke-gdn,smoke-mamba2", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    res = json.loads(out.read_text())
+    assert res["meta"]["copy_gbps"] > 0 and res["meta"]["replay_kernels"] == "torch"
+    assert {r["shape"] for r in res["step"]} == {"smoke-gdn", "smoke-mamba2"}
+    assert len(res["step"]) == 2 * len(kernels.SMOKE["read"]) * len(kernels.SMOKE["window"])
+    for r in res["step"]:
+        assert r["standard"]["us"] > 0 and r["standard"]["check"] == 0.0
+        assert r["eager"]["us"] > 0 and r["eager"]["check"] < 1e-5  # eager step agrees with our kernel
+        assert r["fla"]["us"] is None or r["fla"]["check"] < 1e-3
+        assert r["ours"]["us"] > 0 and r["ours"]["bytes"] > 0
+        assert r["compile"] == {"us": None, "why": "skipped in --smoke"}
+    for r in res["verify"]:
+        assert r["snapshot_us"] > 0 and r["replay_us"] > 0
+        assert r["snapshot_per_seq_bytes"] == (1 + r["T"]) * kernels.state_bytes(kernels.SMOKE_SHAPES[r["shape"]])
+        assert r["replay_per_seq_bytes"] > 0 and r["window"] == 16 + r["T"]
+    assert "| smoke-gdn | 3 | 4 | none |" in printed and "snapshot verify us" in printed
+
+
+def test_unavailable_column_is_na(tmp_path, monkeypatch):
+    """A column that cannot run is reported n/a with its reason; the run goes on."""
+    monkeypatch.setattr(kernels.Bench, "replay_step", lambda self, *a: {"us": None, "why": "ImportError: x"})
+    out = tmp_path / "k.json"
+    kernels.main(["--smoke", "--shapes", "smoke-kda", "--verify", "0", "--read", "none", "--out", str(out)])
+    res = json.loads(out.read_text())
+    assert res["step"][0]["ours"]["us"] is None and res["verify"] == []
+    assert "speedup_vs_best_standard" not in res["step"][0]
+
+
+def test_rejects_unknown_shape():
+    with pytest.raises(SystemExit):
+        kernels.parse_args(["--shapes", "no-such-model"])
+
+
+def test_replay_bytes_floor():
+    """fp32 replay moves ckpt*(1 + 1/L) per row plus records; a read copy cuts the non-flush reads."""
+    from replay_compile.families import get_family
+    shape = kernels.SHAPES["nemotron3-super-mamba2"]
+    fam = get_family("mamba2")
+    x = kernels.draw_inputs(shape, 2, None, "cpu", seed=0)
+    ckpt = kernels.state_bytes(shape)
+    rec = kernels.record_bytes(shape, fam, raw=False)
+    io = kernels.io_bytes(x)
+    assert kernels.replay_step_bytes(shape, fam, 2, 8, 0, False, x) == pytest.approx(
+        2 * (ckpt * 9 / 8 + rec * 4.5) + io)
+    fp8 = ckpt // 4
+    assert kernels.replay_step_bytes(shape, fam, 2, 8, fp8, False, x) == pytest.approx(
+        2 * (fp8 * 7 / 8 + (2 * ckpt + fp8) / 8 + rec * 4.5) + io)
+
+
+def test_wrapper_script_help():
+    script = pathlib.Path(__file__).parents[1] / "benchmarks" / "bench_kernels.py"
+    r = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True)
+    assert r.returncode == 0 and "--quick" in r.stdout
