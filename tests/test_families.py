@@ -65,3 +65,16 @@ def test_grouped_heads_use_consecutive_groups():
     v = torch.ones(1, 4, 1, dtype=torch.float64)
     _, S = standard_step(S, Canonical(k, k, v), delta=False)
     assert S[0, :, :, 0].tolist() == [[1, 0], [1, 0], [0, 1], [0, 1]]  # heads 0,1 -> group 0; 2,3 -> group 1
+
+
+def test_family_gives_step_scan_and_replay_form():
+    fam = rc.get_family("kda")
+    g = torch.Generator().manual_seed(4)
+    native, state = fam.make_inputs(2, 2, 3, 4, 2, dtype=torch.float64, generator=g, tokens=5)
+    x = fam.to_canonical(**native)
+    o_scan, s_scan = fam.scan(state, x)
+    rs = fam.replay(state.clone(), 2)
+    for t in range(5):
+        assert rel_rms(rs.step(*token(x, t)), o_scan[:, t]) <= 1e-12
+    assert rel_rms(rs.materialize(), s_scan) <= 1e-12
+    assert rel_rms(fam.step(state, token(x, 0))[0], o_scan[:, 0]) <= 1e-13

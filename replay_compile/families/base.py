@@ -81,6 +81,20 @@ class RecurrenceFamily:
         """Name of the kernel template this family lowers to: decay kind x delta rule."""
         return f"{self.decay}{'_delta' if self.delta else ''}"
 
+    def step(self, state: torch.Tensor, x: "Canonical", layout: "Layout" = "kv"):
+        """The standard single-token step on canonical inputs: ``(o [B, Hv, V], new_state)``."""
+        return standard_step(state, x, delta=self.delta, layout=layout)
+
+    def scan(self, state: torch.Tensor, xs: "Canonical", layout: "Layout" = "kv"):
+        """``T`` tokens of the standard recurrence (inputs ``[B, T, ...]``): ``(o [B, T, Hv, V], final_state)``."""
+        return standard_scan(state, xs, delta=self.delta, layout=layout)
+
+    def replay(self, state: torch.Tensor, window: int, **options):
+        """The replay form: a :class:`~replay_compile.runtime.ReplayState` holding ``state`` as its checkpoint."""
+        from ..runtime import ReplayState  # noqa: PLC0415  (runtime imports families)
+
+        return ReplayState(state, self, window, **options)
+
 
 def kv_view(state: torch.Tensor, layout: Layout) -> torch.Tensor:
     """The ``[..., K, V]`` view of a state stored in ``layout`` (a view: writes reach ``state``)."""
