@@ -1,0 +1,74 @@
+"""Triton implementation of the replay operations (same interface and semantics as ``reference.py``).
+
+``advance`` runs one replay call (decode step, verify of T tokens, or the standard route with
+``force_flush``) as two launches: the replay template over (row, value head, value tile), then the
+per-row cursor kernel (``templates/cursors.py`` NOTE [why cursors move in a second launch]).
+``commit`` is one tiny launch; ``materialize`` is the replay template with no tokens. Nothing here
+reads a device value on the host, so every operation can be captured in a CUDA graph.
+
+# NOTE [small-batch route]
+At small batch the replay kernel has too few programs to hide its window work and loses to the
+standard kernel. Below ``standard_threshold`` rows a step goes through the same template with
+``force_flush`` (every row folds and writes: the standard recurrence, counts back to 0), which gives
+the same outputs and leaves the state consistent for later replay steps.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from ..families.base import Canonical
+from ..templates import replay
+
+# rows below which a decode step takes the force-flush (standard) route; measured on the H200
+STANDARD_BELOW_ROWS = 0
+
+
+def _buffers(rs) -> replay.ReplayBuffers:
+    return replay.ReplayBuffers(state=rs.state, ring=rs.ring, read=rs.read, count=rs.count,
+                                flushes=rs.flushes, nonfinite=rs.nonfinite)
+
+
+def _spec(rs) -> replay.ReplaySpec:
+    return replay.ReplaySpec(decay=rs.family.decay, delta=rs.family.delta, raw=rs.raw_fold, layout=rs.layout,
+                             window=rs.window, k_heads=rs.num_k_heads,
+                             read_format=None if rs.read_format is None else rs.read_format.name,
+                             stochastic_rounding=rs.stochastic_rounding, seed=rs.seed)
+
+
+def _slots(slots: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+    return None if slots is None else slots.contiguous()
+
+
+def advance_into(rs, x: Canonical, slots, out: torch.Tensor, *, commit: bool, force_flush: bool,
+                 block_v: Optional[int] = None) -> torch.Tensor:
+    """:func:`advance` writing into ``out [B, T, Hv, V]`` (contiguous, compute dtype)."""
+    B, T = x.q.shape[:2]
+    if out.shape != (B, T, rs.num_heads, rs.head_v) or out.dtype != rs.compute_dtype or not out.is_contiguous():
+        raise ValueError(f"out must be a contiguous {rs.compute_dtype} tensor [{B}, {T}, {rs.num_heads}, {rs.head_v}]")
+    force = force_flush or (commit and T == 1 and B < STANDARD_BELOW_ROWS)
+    replay.launch(_buffers(rs), _spec(rs), x, _slots(slots), out, commit=commit, force_flush=force,
+                  materialize=False, block_v=block_v)
+    return out
+
+
+def advance(rs, x: Canonical, slots, *, commit: bool, force_flush: bool) -> torch.Tensor:
+    """Append ``T`` tokens per row (inputs ``[B, T, ...]``); outputs ``[B, T, Hv, V]``, zero on padding rows.
+
+    See reference.py NOTE [flush points].
+    """
+    B, T = x.q.shape[:2]
+    out = torch.empty(B, T, rs.num_heads, rs.head_v, dtype=rs.compute_dtype, device=rs.state.device)
+    return advance_into(rs, x, slots, out, commit=commit, force_flush=force_flush)
+
+
+def commit(rs, n_accepted: torch.Tensor, slots) -> None:
+    """Advance each row's committed count by its accepted drafts (``n_accepted [B]``)."""
+    replay.commit(rs.count, n_accepted, _slots(slots), rs.window)
+
+
+def materialize(rs, slots) -> None:
+    """Fold the committed records of ``slots`` (None: all) into their checkpoints (count -> 0)."""
+    replay.launch(_buffers(rs), _spec(rs), None, _slots(slots), None, commit=False, force_flush=False,
+                  materialize=True)

@@ -1,0 +1,399 @@
+"""The replay decode template: one launch serves every row of a step, verify or materialize.
+
+One program owns one (row, value head, value tile): it loads its ``[K, BV]`` checkpoint tile once
+(or, on rows that do not flush, the read copy's tile), gathers the row's window of records
+(ring positions below the row's count, then this call's ``T`` tokens), computes the ``T`` outputs, and
+only on rows that flush folds the window (a rank-L update) and writes the checkpoint and read copy.
+Everything per row (flush or not, where the window ends) comes from the device cursors inside the
+kernel (``cursors.row_phase``): there is no host sync, so a step can be captured in a CUDA graph.
+
+Specialisation (constexpr): decay kind x delta rule (the family's ``template``), raw delta folds,
+read-copy format, layout (strides + ``LAYOUT_KV``), head dims, grouping, window ``L``, draft length
+``T``, checkpoint dtype (stochastic rounding), compute dtype. Value columns are independent in every
+family (the delta rule's ``S^T k`` reduces over keys), which is what lets a program own a value tile.
+
+# NOTE [window weights without differences]
+The decay from record ``i`` to position ``p`` is ``exp(sum_{i<j<=p} log_a_j)``: a reverse cumulative
+sum of the log-decays shifted by one position (gathered a second time at ``j + 1``), never a difference
+of prefix sums, so a decay of exactly 0 (``log_a = -inf``) gives weight 0, not NaN, as in reference.py.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from ..families.base import Canonical
+from .cursors import commit_kernel, finalize_kernel, load_row, row_phase
+from .readcopy import READ_CODES, load_read_tile, store_read_tile
+from .sround import SR_FORMATS, slot_seed, stochastic_round
+
+
+@triton.jit
+def _gather(ring_row, x_row, stride, j, n_ring, n_new, cols, col_mask, CD: tl.constexpr):
+    """``[BL, BC]`` records at window positions ``j``: ring for ``j < n_ring``, then ``n_new`` tokens, 0 beyond.
+
+    Ring records ``[N, L, ...]`` and inputs ``[B, T, ...]`` share their per-position ``stride``.
+    """
+    in_ring = (j < n_ring)[:, None] & col_mask[None, :]
+    in_new = ((j >= n_ring) & (j < n_ring + n_new))[:, None] & col_mask[None, :]
+    r = tl.load(ring_row + j[:, None] * stride + cols[None, :], mask=in_ring, other=0.0)
+    x = tl.load(x_row + (j - n_ring)[:, None] * stride + cols[None, :], mask=in_new, other=0.0)
+    return tl.where(in_ring, r.to(CD), x.to(CD))
+
+
+@triton.jit
+def _gather1(ring_row, x_row, stride, j, n_ring, n_new, CD: tl.constexpr):
+    """``[BL]`` scalar records (per-head log-decay or beta), as :func:`_gather`."""
+    in_ring = j < n_ring
+    in_new = (j >= n_ring) & (j < n_ring + n_new)
+    r = tl.load(ring_row + j * stride, mask=in_ring, other=0.0)
+    x = tl.load(x_row + (j - n_ring) * stride, mask=in_new, other=0.0)
+    return tl.where(in_ring, r.to(CD), x.to(CD))
+
+
+@triton.jit
+def _decayed_keys(KW, LA, LA_NEXT, j, p, DECAY: tl.constexpr):
+    """``(G, KWp)``: total decay up to position ``p`` and keys weighted by their decay to ``p`` (0 after ``p``)."""
+    live = (j <= p)[:, None]
+    KWp = tl.where(live, KW, 0.0)
+    G = 1.0
+    if DECAY == 1:
+        G = tl.exp(tl.sum(tl.where(j <= p, LA, 0.0), 0))
+        KWp = KWp * tl.exp(tl.cumsum(tl.where(j + 1 <= p, LA_NEXT, 0.0), 0, reverse=True))[:, None]
+    elif DECAY == 2:
+        G = tl.exp(tl.sum(tl.where(live, LA, 0.0), 0))
+        KWp = KWp * tl.exp(tl.cumsum(tl.where((j + 1 <= p)[:, None], LA_NEXT, 0.0), 0, reverse=True))
+    return G, KWp
+
+
+@triton.jit
+def _read(base, G, KWp, Up, x):
+    """``S_p^T x`` ``[BV]`` for ``x [BK]``: ``base^T (G * x) + sum_i ((w_i * k_i) . x) u_i``."""
+    c = tl.sum(KWp * x[None, :], 1)
+    return tl.sum(base * (x * G)[:, None], 0) + tl.sum(c[:, None] * Up, 0)
+
+
+@triton.jit
+def _fold(S, G, KWp, Up, DECAY: tl.constexpr, USE_DOT: tl.constexpr):
+    """``G * S + KWp^T Up``: the rank-L update of a flush (tensor-core shaped when ``USE_DOT``)."""
+    if DECAY == 1:
+        S = S * G
+    elif DECAY == 2:
+        S = S * G[:, None]
+    if USE_DOT:
+        S = S + tl.dot(tl.trans(KWp), Up, input_precision="ieee")
+    else:
+        S = S + tl.sum(KWp[:, :, None] * Up[:, None, :], 0)
+    return S
+
+
+@triton.jit
+def _fold_raw(S, rk, rla, rv, rbeta, xk, xla, xv, xbeta, n_ring, n_new, offs_k, mask_k, offs_v, mask_v,
+              KS: tl.constexpr, LS: tl.constexpr, US: tl.constexpr, BS: tl.constexpr,
+              DECAY: tl.constexpr, CD: tl.constexpr):
+    """The true delta recurrence over raw records ``(log_a, k, v, beta)``, from the exact checkpoint ``S``."""
+    for i in range(0, n_ring + n_new):
+        ring = i < n_ring
+        t = i - n_ring
+        k_i = tl.where(ring, tl.load(rk + i * KS + offs_k, mask=mask_k & ring, other=0.0).to(CD),
+                       tl.load(xk + t * KS + offs_k, mask=mask_k & ~ring, other=0.0).to(CD))
+        v_i = tl.where(ring, tl.load(rv + i * US + offs_v, mask=mask_v & ring, other=0.0).to(CD),
+                       tl.load(xv + t * US + offs_v, mask=mask_v & ~ring, other=0.0).to(CD))
+        beta_i = tl.where(ring, tl.load(rbeta + i * BS, mask=ring, other=0.0).to(CD),
+                          tl.load(xbeta + t * BS, mask=~ring, other=0.0).to(CD))
+        if DECAY == 1:
+            S = S * tl.exp(tl.where(ring, tl.load(rla + i * LS, mask=ring, other=0.0).to(CD),
+                                    tl.load(xla + t * LS, mask=~ring, other=0.0).to(CD)))
+        elif DECAY == 2:
+            g = tl.where(ring, tl.load(rla + i * LS + offs_k, mask=mask_k & ring, other=0.0).to(CD),
+                         tl.load(xla + t * LS + offs_k, mask=mask_k & ~ring, other=0.0).to(CD))
+            S = S * tl.exp(g)[:, None]
+        u = beta_i * (v_i - tl.sum(S * k_i[:, None], 0))
+        S = S + k_i[:, None] * u[None, :]
+    return S
+
+
+@triton.jit
+def _any_nonfinite(x):
+    return tl.sum((~(tl.abs(x) < float("inf"))).to(tl.int32)) > 0
+
+
+@triton.jit
+def replay_kernel(
+    state, q, k, v, log_a, beta, out, slots,
+    ring_k, ring_u, ring_la, ring_v, ring_beta,
+    read_data, read_row_scale, read_block_scale,
+    count, flushes, nonfinite, seed,
+    stride_sn, stride_sh, stride_sk, stride_sv,
+    T: tl.constexpr, L: tl.constexpr, BL: tl.constexpr, HV: tl.constexpr, GROUP: tl.constexpr,
+    K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+    DECAY: tl.constexpr, DELTA: tl.constexpr, RAW: tl.constexpr, READ: tl.constexpr, LAYOUT_KV: tl.constexpr,
+    COMMIT: tl.constexpr, FORCE: tl.constexpr, MATERIALIZE: tl.constexpr, HAS_SLOTS: tl.constexpr,
+    SR: tl.constexpr, SR_MANT: tl.constexpr, SR_EMIN: tl.constexpr, USE_DOT: tl.constexpr, CD: tl.constexpr,
+):
+    """Row ``b``, value head ``h``, value tile ``vt`` of a replay call over ``T`` tokens.
+
+    Inputs (contiguous): ``q, k [B, T, HK, K]``, ``v [B, T, HV, V]``, ``log_a [B, T, HV(, K)]``,
+    ``beta [B, T, HV]``; output ``out [B, T, HV, V]``. Ring (contiguous): ``k [N, L, HK, K]``,
+    ``u / v [N, L, HV, V]``, ``log_a [N, L, HV(, K)]``, ``beta [N, L, HV]``. The checkpoint is addressed
+    through its strides (``stride_sk / stride_sv`` step along keys / values, whatever the layout).
+    """
+    b = tl.program_id(0).to(tl.int64)
+    h = tl.program_id(1)
+    vt = tl.program_id(2)
+    HK: tl.constexpr = HV // GROUP
+    hk = h // GROUP
+    slot, live, c = load_row(slots, count, b, L, HAS_SLOTS)
+    pre, post, count0 = row_phase(c, live, T, L, COMMIT, FORCE, MATERIALIZE)
+    flush = pre | post
+
+    offs_k = tl.arange(0, BK)
+    offs_v = vt * BV + tl.arange(0, BV)
+    mask_k, mask_v = offs_k < K, offs_v < V
+    mask_kv = mask_k[:, None] & mask_v[None, :]
+    j = tl.arange(0, BL)
+    head = slot * HV + h
+    s_tile = state + slot * stride_sn + h * stride_sh + offs_k[:, None] * stride_sk + offs_v[None, :] * stride_sv
+    if LAYOUT_KV:
+        R: tl.constexpr = K
+        C: tl.constexpr = V
+        BR: tl.constexpr = BK
+        BC: tl.constexpr = BV
+        rows, cols, mask_rc = offs_k, offs_v, mask_kv
+    else:
+        R: tl.constexpr = V
+        C: tl.constexpr = K
+        BR: tl.constexpr = BV
+        BC: tl.constexpr = BK
+        rows, cols, mask_rc = offs_v, offs_k, mask_v[:, None] & mask_k[None, :]
+
+    # per-position strides of records (ring and inputs alike)
+    KS: tl.constexpr = HK * K
+    US: tl.constexpr = HV * V
+    LS: tl.constexpr = HV * K if DECAY == 2 else HV
+    LW: tl.constexpr = K if DECAY == 2 else 1
+    rk = ring_k + slot * L * KS + hk * K
+    ru = ring_u + slot * L * US + h * V + vt * BV
+    rv = ring_v + slot * L * US + h * V + vt * BV
+    rla = ring_la + slot * L * LS + h * LW
+    rbeta = ring_beta + slot * L * HV + h
+    xq = q + b * T * KS + hk * K
+    xk = k + b * T * KS + hk * K
+    xv = v + b * T * US + h * V + vt * BV
+    xla = log_a + b * T * LS + h * LW
+    xbeta = beta + b * T * HV + h
+    cols_v = tl.arange(0, BV)
+
+    if READ > 0:
+        exact = tl.load(s_tile, mask=mask_kv & flush, other=0.0).to(CD)
+    else:
+        exact = tl.load(s_tile, mask=mask_kv & live, other=0.0).to(CD)
+
+    if pre:  # fold the committed records first (their ring positions are about to be reused)
+        if RAW:
+            exact = _fold_raw(exact, rk, rla, rv, rbeta, xk, xla, xv, xbeta, c, 0, offs_k, mask_k, cols_v, mask_v,
+                              KS, LS, US, HV, DECAY, CD)
+        else:
+            oKW = _gather(rk, xk, KS, j, c, 0, offs_k, mask_k, CD)
+            oU = _gather(ru, xv, US, j, c, 0, cols_v, mask_v, CD)
+            oLA = oKW
+            oLN = oKW
+            if DECAY == 1:
+                oLA = _gather1(rla, xla, LS, j, c, 0, CD)
+                oLN = _gather1(rla, xla, LS, j + 1, c, 0, CD)
+            elif DECAY == 2:
+                oLA = _gather(rla, xla, LS, j, c, 0, offs_k, mask_k, CD)
+                oLN = _gather(rla, xla, LS, j + 1, c, 0, offs_k, mask_k, CD)
+            G, KWp = _decayed_keys(oKW, oLA, oLN, j, c - 1, DECAY)
+            exact = _fold(exact, G, KWp, tl.where((j < c)[:, None], oU, 0.0), DECAY, USE_DOT)
+    tl.debug_barrier()  # every old record is read before this row's new records overwrite them
+
+    if READ > 0:
+        approx = load_read_tile(read_data, read_row_scale, read_block_scale, head, rows, cols, mask_rc,
+                                live & ~flush, R, C, BR, BC, READ, LAYOUT_KV, CD)
+        base = tl.where(flush, exact, approx)
+    else:
+        base = exact
+
+    # the window after this call: committed records below count0, then the T new tokens
+    KW = _gather(rk, xk, KS, j, count0, T, offs_k, mask_k, CD)
+    LA = KW
+    LN = KW
+    if DECAY == 1:
+        LA = _gather1(rla, xla, LS, j, count0, T, CD)
+        LN = _gather1(rla, xla, LS, j + 1, count0, T, CD)
+    elif DECAY == 2:
+        LA = _gather(rla, xla, LS, j, count0, T, offs_k, mask_k, CD)
+        LN = _gather(rla, xla, LS, j + 1, count0, T, offs_k, mask_k, CD)
+    if DELTA:  # corrected updates of the new tokens are computed below, one token at a time
+        U = _gather(ru, xv, US, j, count0, 0, cols_v, mask_v, CD)
+    else:
+        U = _gather(ru, xv, US, j, count0, T, cols_v, mask_v, CD)
+
+    bad = live & (c < 0)
+    for t in range(T):
+        p = count0 + t
+        q_t = tl.load(xq + t * KS + offs_k, mask=mask_k, other=0.0).to(CD)
+        k_t = tl.load(xk + t * KS + offs_k, mask=mask_k, other=0.0).to(CD)
+        v_t = tl.load(xv + t * US + cols_v, mask=mask_v, other=0.0).to(CD)
+        bad = bad | _any_nonfinite(q_t) | _any_nonfinite(k_t) | _any_nonfinite(v_t)
+        if DECAY == 1:
+            bad = bad | _any_nonfinite(tl.load(xla + t * LS))
+        elif DECAY == 2:
+            bad = bad | _any_nonfinite(tl.load(xla + t * LS + offs_k, mask=mask_k, other=0.0))
+        G, KWp = _decayed_keys(KW, LA, LN, j, p, DECAY)
+        u_t = v_t
+        if DELTA:
+            beta_t = tl.load(xbeta + t * HV).to(CD)
+            bad = bad | _any_nonfinite(beta_t)
+            u_t = beta_t * (v_t - _read(base, G, KWp, tl.where((j < p)[:, None], U, 0.0), k_t))
+            U = tl.where((j == p)[:, None], u_t[None, :], U)
+            if RAW:
+                tl.store(rv + p * US + cols_v, v_t, mask=mask_v & live)
+        o_t = _read(base, G, KWp, tl.where((j <= p)[:, None], U, 0.0), q_t)
+        tl.store(out + ((b * T + t) * HV + h) * V + offs_v, tl.where(live, o_t, 0.0), mask=mask_v)
+        tl.store(ru + p * US + cols_v, u_t, mask=mask_v & live)
+    tl.store(nonfinite + slot, tl.full([], 1, tl.uint8), mask=bad & live)
+
+    new = exact
+    if post:  # post rows read the exact checkpoint: base == exact
+        if RAW:
+            new = _fold_raw(exact, rk, rla, rv, rbeta, xk, xla, xv, xbeta, count0, T, offs_k, mask_k, cols_v,
+                            mask_v, KS, LS, US, HV, DECAY, CD)
+        else:
+            n = count0 + T
+            G, KWp = _decayed_keys(KW, LA, LN, j, n - 1, DECAY)
+            new = _fold(exact, G, KWp, tl.where((j < n)[:, None], U, 0.0), DECAY, USE_DOT)
+    if flush:
+        if SR:
+            if LAYOUT_KV:
+                phys = offs_k[:, None] * V + offs_v[None, :]
+            else:
+                phys = offs_v[None, :] * K + offs_k[:, None]
+            seed_row = slot_seed(seed, slot, tl.load(flushes + slot))
+            stored = stochastic_round(new.to(tl.float32), seed_row, (h * K * V + phys).to(tl.int32), SR_MANT, SR_EMIN)
+        else:
+            stored = new.to(state.dtype.element_ty).to(CD)
+        tl.store(s_tile, stored.to(state.dtype.element_ty), mask=mask_kv)
+        if READ > 0:
+            store_read_tile(stored.to(tl.float32), read_data, read_row_scale, read_block_scale, head, rows, cols,
+                            mask_rc, flush, R, C, BR, BC, READ, LAYOUT_KV)
+
+
+# ------------------------------------------------------------------------------------------ launcher
+_DECAY_CODE = {"none": 0, "scalar": 1, "channel": 2}
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplayBuffers:
+    """Device tensors of one replay state (see ``runtime/state.py``); absent parts are None."""
+
+    state: torch.Tensor
+    ring: dict
+    read: Optional[dict]
+    count: torch.Tensor
+    flushes: torch.Tensor
+    nonfinite: torch.Tensor
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplaySpec:
+    """The host-known facts a kernel is specialised on (besides shapes)."""
+
+    decay: str
+    delta: bool
+    raw: bool
+    layout: str
+    window: int
+    k_heads: int
+    read_format: Optional[str]
+    stochastic_rounding: bool
+    seed: int
+
+
+def tiling(spec: ReplaySpec, K: int, V: int, rows: int, Hv: int, block_v: Optional[int] = None):
+    """``(BK, BV, BL, use_dot, num_warps)`` of a call over ``rows`` rows.
+
+    Programs that quantize a row-scaled read copy must own whole physical rows (kv layout: all of V);
+    otherwise value tiles of ~4K elements, halved while the grid would leave SMs idle.
+    """
+    BK = triton.next_power_of_2(K)
+    whole_rows = spec.read_format in ("fp8", "fp4")
+    if whole_rows and spec.layout == "kv":
+        BV = triton.next_power_of_2(V)
+    else:
+        BV = block_v or min(triton.next_power_of_2(V), max(16, 4096 // BK))
+        while not block_v and BV > 16 and rows * Hv * triton.cdiv(V, BV) < 2048:
+            BV //= 2
+    if spec.read_format == "fp4":  # e2m1 blocks of 16 along the physical last dim
+        if spec.layout == "kv":
+            BV = max(BV, 16)
+        else:
+            BK = max(BK, 16)
+    use_dot = BK >= 16 and BV >= 16
+    BL = max(16 if use_dot else 1, triton.next_power_of_2(spec.window))
+    num_warps = 8 if BK * BV >= 8192 else (4 if BK * BV >= 1024 else 2)
+    return BK, BV, BL, use_dot, num_warps
+
+
+def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[torch.Tensor], out: Optional[torch.Tensor],
+           *, commit: bool, force_flush: bool, materialize: bool, block_v: Optional[int] = None) -> None:
+    """Run one replay call (``x`` inputs ``[B, T, ...]``; ``materialize``: ``x`` is None, no tokens).
+
+    Launches the replay kernel over ``(B, Hv, V tiles)`` then ``cursors.finalize_kernel`` over rows.
+    ``slots [B]`` (int, -1 = padding) or None (row b is slot b); ``out [B, T, Hv, V]`` contiguous.
+    """
+    state, ring = buf.state, buf.ring
+    Hv = state.shape[1]
+    K, V = (state.shape[2], state.shape[3]) if spec.layout == "kv" else (state.shape[3], state.shape[2])
+    if materialize:
+        B, T = (state.shape[0] if slots is None else slots.shape[0]), 0
+        q = k = v = log_a = beta = ring["k"]
+    else:
+        B, T = x.q.shape[:2]
+        q, k, v = x.q.contiguous(), x.k.contiguous(), x.v.contiguous()
+        log_a = ring["k"] if x.log_a is None else x.log_a.contiguous()
+        beta = ring["k"] if x.beta is None else x.beta.contiguous()
+    if B == 0:
+        return
+    cd = torch.float64 if state.dtype == torch.float64 else torch.float32
+    BK, BV, BL, use_dot, num_warps = tiling(spec, K, V, B, Hv, block_v)
+    use_dot = use_dot and cd == torch.float32
+    if not use_dot:
+        BL = triton.next_power_of_2(spec.window)
+    read = buf.read or {}
+    dummy = ring["k"]
+    sr_mant, sr_emin = SR_FORMATS.get(str(state.dtype).removeprefix("torch."), (0, 0))
+    stride_sk, stride_sv = ((state.stride(2), state.stride(3)) if spec.layout == "kv"
+                            else (state.stride(3), state.stride(2)))
+    flags = dict(T=T, L=spec.window, COMMIT=commit, FORCE=force_flush, MATERIALIZE=materialize,
+                 HAS_SLOTS=slots is not None, DECAY=_DECAY_CODE[spec.decay], RAW=spec.raw)
+    slot_arg = dummy if slots is None else slots
+    replay_kernel[(B, Hv, triton.cdiv(V, BV))](
+        state, q, k, v, log_a, beta, dummy if out is None else out, slot_arg,
+        ring["k"], ring["u"], ring.get("log_a", dummy), ring.get("v", dummy), ring.get("beta", dummy),
+        read.get("data", dummy), read.get("row_scale", dummy), read.get("block_scale", dummy),
+        buf.count, buf.flushes, buf.nonfinite.view(torch.uint8), spec.seed,
+        state.stride(0), state.stride(1), stride_sk, stride_sv,
+        BL=BL, HV=Hv, GROUP=Hv // spec.k_heads, K=K, V=V, BK=BK, BV=BV, DELTA=spec.delta,
+        READ=READ_CODES[spec.read_format], LAYOUT_KV=spec.layout == "kv", SR=spec.stochastic_rounding,
+        SR_MANT=sr_mant, SR_EMIN=sr_emin, USE_DOT=use_dot, CD=tl.float64 if cd == torch.float64 else tl.float32,
+        num_warps=num_warps, **flags)
+    finalize_kernel[(B,)](
+        k, log_a, beta, slot_arg, ring["k"], ring.get("log_a", dummy), ring.get("beta", dummy),
+        buf.count, buf.flushes, HV=Hv, HK=spec.k_heads, K=K, BHV=triton.next_power_of_2(Hv),
+        BHK=triton.next_power_of_2(spec.k_heads), BK=triton.next_power_of_2(K), num_warps=4, **flags)
+
+
+def commit(count: torch.Tensor, n_accepted: torch.Tensor, slots: Optional[torch.Tensor], window: int) -> None:
+    """``count[slot] += n_accepted[b]`` on the device (one tiny launch)."""
+    B = n_accepted.shape[0]
+    if B == 0:
+        return
+    BLOCK = 128
+    commit_kernel[(triton.cdiv(B, BLOCK),)](n_accepted.contiguous(), count if slots is None else slots, count, B,
+                                            L=window, HAS_SLOTS=slots is not None, BLOCK=BLOCK, num_warps=1)
