@@ -1,0 +1,1 @@
+"""Corpus of decode-step spellings the ``replayssm`` backend must find (and decoys it must not)."""
