@@ -27,7 +27,6 @@ import argparse
 import dataclasses
 import datetime
 import json
-import math
 import os
 import statistics
 import subprocess
@@ -66,7 +65,7 @@ FULL = dict(batch=[1, 8, 32, 128, 256, 512], window=[4, 8, 16, 32], read=["none"
             verify=[1, 2, 4, 8])
 QUICK = dict(batch=[1, 256], window=[8, 16], read=["none", "fp8", "fp4"], verify=[4, 8])
 SMOKE = dict(batch=[3], window=[4], read=["none", "fp8"], verify=[2])
-TUNE_CONFIGS = [(bv, nw) for bv in (8, 16, 32, 64) for nw in (1, 2, 4, 8)]
+TUNE_CONFIGS = [(bv, nw) for bv in (16, 32, 64) for nw in (2, 4, 8)]
 
 
 # ------------------------------------------------------------------------------------------ timing
@@ -332,6 +331,9 @@ class Bench:
         row["snapshot_us"], row["snapshot_why"] = self.measure(snap)
         del states
 
+        if "ours" not in self.args.columns:
+            row["replay_us"], row["replay_why"] = None, "not asked"
+            return row
         self.progress(f"{name} B={batch} verify T={T} replay")
         L = self.args.verify_window + T
         try:
@@ -410,15 +412,16 @@ def main(argv=None) -> int:
     bench = Bench(args, timer, shapes)
     verify_batches = args.verify_batch or ([256] if 256 in args.batch else [max(args.batch)])
     n_base = sum(1 for c in COLUMNS[1:] if c in args.columns and not (args.smoke and c == "compile"))
-    bench.total = len(shapes) * (len(args.batch) * (n_base + len(args.window) * len(args.read) * ("ours" in args.columns)
-                                                    + (len(TUNE_CONFIGS) if args.tune else 0))
-                                 + len(verify_batches) * len(args.verify) * 2)
+    n_ours = "ours" in args.columns
+    bench.total = len(shapes) * (len(args.batch) * (n_base + len(args.window) * len(args.read) * n_ours)
+                                 + len(verify_batches) * (len(args.verify) * (1 + n_ours)
+                                                          + (len(TUNE_CONFIGS) if args.tune else 0)))
     bench.copy_gbps = copy_bandwidth(args.device, args.copy_gb, timer)
     results = {"meta": _meta(args, argv, bench.copy_gbps), "step": [], "verify": [], "tune": []}
     for name, shape in shapes.items():
         for batch in args.batch:
             base = bench.baselines(name, shape, batch)
-            if args.tune:
+            if args.tune and batch in verify_batches:
                 results["tune"] += _tune(bench, name, shape, batch)
             for L in args.window if "ours" in args.columns else []:
                 for read in args.read:
@@ -433,13 +436,17 @@ def main(argv=None) -> int:
                     row = bench.verify(name, shape, batch, T)
                     row.update(shape=name, batch=batch, standard_us=base["standard"]["us"])
                     results["verify"].append(row)
+        _dump(results, args.out)  # after every shape: a run cut short keeps what it measured
     print(file=sys.stderr)
     print(format_tables(results))
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(results, f, indent=1)
     print(f"\nwrote {args.out}")
     return 0
+
+
+def _dump(results: dict, path: str) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(results, f, indent=1)
 
 
 def _tune(bench, name, shape, batch) -> list:
@@ -499,6 +506,10 @@ def _us(c) -> str:
     return "n/a" if not c or c.get("us") is None else f"{c['us']:.1f}"
 
 
+def _num(v, fmt=".1f", unit="") -> str:
+    return "-" if v is None else f"{v:{fmt}}{unit}"
+
+
 def _mib(nbytes) -> str:
     return "n/a" if nbytes is None else f"{nbytes / 2**20:.3g} MiB"
 
@@ -516,8 +527,8 @@ def format_tables(results: dict) -> str:
             f"| {r['shape']} | {r['batch']} | {r['L'] or '-'} | {r['read'] or '-'} | {_us(r['ours'])} "
             f"| {_us(r.get('standard'))} | {_us(r.get('fla'))} | {_us(r.get('eager'))} | {_us(r.get('compile'))} "
             f"| {pct(r['ours'], r['ours'].get('bytes'))} | {pct(r.get('standard'), r['standard_bytes'])} "
-            f"| {r.get('ours_floor_us', float('nan')):.1f} | {r['standard_floor_us']:.1f} "
-            f"| {r.get('speedup_vs_best_standard', float('nan')):.2f}x |")
+            f"| {_num(r.get('ours_floor_us'))} | {_num(r['standard_floor_us'])} "
+            f"| {_num(r.get('speedup_vs_best_standard'), '.2f', 'x')} |")
     if results["verify"]:
         lines += ["", "| shape | B | T | replay verify us | snapshot verify us | 1 std step us | replay / std "
                       "| replay B/seq | snapshot B/seq |", "|---|---|---|---|---|---|---|---|---|"]
