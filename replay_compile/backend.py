@@ -1,0 +1,60 @@
+"""The ``replayssm`` torch.compile backend.
+
+``torch.compile(model, backend="replayssm", options={...})`` finds this function through the
+``torch_dynamo_backends`` entry point (pyproject.toml); it is a plain function on purpose: a second
+registration at import time fails the first compile of a fresh process (COMPILER_NOTES.md).
+
+# NOTE [exact state for other graphs]
+A graph that reads or writes a replay-managed state without owning it (a prefill or chunked path,
+a reset, a graph whose site was rejected) must see the exact state: before it runs, every such
+input that the op registry manages is materialized; after it runs, inputs it wrote in place are
+reloaded (their rings dropped, read copies rebuilt). Graphs with no such inputs run unwrapped.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from .ops import registry
+from .options import ReplayOptions
+from .passes import RewriteResult, rewrite_graph
+
+
+def replayssm_backend(gm: torch.fx.GraphModule, example_inputs, mode: Optional[str] = None,
+                      options: Optional[dict] = None):
+    """Rewrite recurrent-state sites of ``gm``, compile the rest (Inductor unless ``inductor=False``)."""
+    opts = ReplayOptions.from_dict(options)
+    result = rewrite_graph(gm, example_inputs, opts)
+    return guard_other_states(compile_rest(result.gm, example_inputs, mode, opts), result)
+
+
+def compile_rest(gm: torch.fx.GraphModule, example_inputs, mode: Optional[str], opts: ReplayOptions):
+    """The rewritten graph compiled as default ``torch.compile`` would (``mode`` honoured), or eager."""
+    if not opts.inductor:
+        return gm.forward
+    from torch._inductor import list_mode_options
+    from torch._inductor.compile_fx import compile_fx
+    return compile_fx(gm, example_inputs, config_patches=list_mode_options(mode) if mode else None)
+
+
+def guard_other_states(compiled, result: RewriteResult):
+    """Wrap ``compiled`` per NOTE [exact state for other graphs]."""
+    watched = sorted(result.state_inputs)
+    if not watched:
+        return compiled
+    written = [i for i in watched if i in result.mutated_inputs]
+
+    def run(*args):
+        managed = [(i, rs) for i in watched if isinstance(args[i], torch.Tensor)
+                   for rs in [registry.find(args[i])] if rs is not None]
+        for _, rs in managed:
+            rs.materialize()
+        out = compiled(*args)
+        for i, rs in managed:
+            if i in written:
+                rs.reload()
+        return out
+
+    run._boxed_call = getattr(compiled, "_boxed_call", False)
+    return run

@@ -1,0 +1,50 @@
+"""``replay_compile::advance``: one site's state update and reads, for T tokens, as one custom op.
+
+Inputs are canonical and carry a token axis (``q, k [B, T, Hk, K]``, ``v [B, T, Hv, V]``,
+``log_a [B, T, Hv(, K)]``, ``beta [B, T, Hv]``); the output is ``o [B, T, Hv, V]`` in the state's
+compute dtype (float64 for float64 states, float32 otherwise), ``o[:, t] = S_t^T q_t``.
+
+# NOTE [advance semantics]
+T = 1: ``ReplayState.step`` (commits; folds when the ring fills). T > 1 without speculation: chunks of
+at most L tokens, each ``verify`` then ``commit(all)``: eager semantics. Speculative sites append
+tentatively (``verify``); ``replay_compile.commit(obj, n_accepted)`` keeps the accepted records.
+The state is declared mutated (it is the checkpoint, written at flushes), so functionalization
+orders the op against every other use of the state and Inductor re-inplaces it onto the user's tensor.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from .registry import parse_config, replay_state_for
+
+
+def _compute_dtype(state: torch.Tensor) -> torch.dtype:
+    return torch.float64 if state.dtype == torch.float64 else torch.float32
+
+
+@torch.library.custom_op("replay_compile::advance", mutates_args=("state",))
+def advance(state: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+            log_a: Optional[torch.Tensor], beta: Optional[torch.Tensor], config: str) -> torch.Tensor:
+    """Append T tokens to the replay state of ``state`` and return their outputs ``[B, T, Hv, V]``."""
+    rs = replay_state_for(state, config)
+    T = q.shape[1]
+    if parse_config(config)["speculative"] and T > 1:
+        return rs.verify(q, k, v, log_a, beta).clone()
+    if T == 1:
+        pick = lambda x: None if x is None else x[:, 0]  # noqa: E731
+        return rs.step(pick(q), pick(k), pick(v), pick(log_a), pick(beta))[:, None].clone()
+    outs = []
+    for s in range(0, T, rs.window):
+        part = lambda x: None if x is None else x[:, s:s + rs.window]  # noqa: E731
+        outs.append(rs.verify(part(q), part(k), part(v), part(log_a), part(beta)))
+        rs.commit(outs[-1].shape[1])
+    return torch.cat(outs, dim=1)
+
+
+@advance.register_fake
+def _(state, q, k, v, log_a, beta, config):
+    layout = parse_config(config)["layout"]
+    heads, head_v = state.shape[1], state.shape[3] if layout == "kv" else state.shape[2]
+    return q.new_empty((q.shape[0], q.shape[1], heads, head_v), dtype=_compute_dtype(state), device=state.device)

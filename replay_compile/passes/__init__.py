@@ -1,0 +1,184 @@
+"""The replayssm graph rewrite: find recurrent-state sites, prove them, check them, rewrite them.
+
+One pass per file: :mod:`normal_form` (the abstract domain), :mod:`find_sites` (detection and
+proof), :mod:`rewrite_sites` (the op substitution), :mod:`validate` (numeric check). This module
+runs them in order on a Dynamo graph and reports what happened (``counters``, logger
+``replay_compile``, a :class:`RewriteResult` for ``explain``).
+
+# NOTE [pipeline]
+The pass works on Dynamo's torch-level graph (module buffers are placeholders, ``example_inputs``
+are real tensors, einsum equations are intact). Sites are found on a copy; each is validated
+alone against the untouched original; the accepted ones are rewritten on a fresh copy one at a
+time, re-analysed after each rewrite (a rewrite replaces reads that later sites may consume).
+The original graph module is never modified.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import logging
+from typing import Optional
+
+import torch
+import torch.fx as fx
+
+from . import find_sites, rewrite_sites, validate
+from .find_sites import GraphIndex, Rejected, analyze, candidate_states, choose_family
+
+counters: collections.Counter = collections.Counter()
+log = logging.getLogger("replay_compile")
+
+# below this batch a standard decode step beats replay on a GPU (REPLAYSSM.md, section 5)
+COST_MODEL_MIN_BATCH_CUDA = 8
+
+
+class ReplayCompileError(RuntimeError):
+    """``strict=True`` and a candidate state could not be rewritten."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SiteReport:
+    state: str
+    family: str
+    state_shape: tuple
+    layout: str
+    window: int
+    read_dtype: Optional[str]
+    checkpoint_dtype: str
+    kernel: str
+    tokens: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Rejection:
+    state: str
+    code: str
+    reason: str
+
+
+@dataclasses.dataclass
+class RewriteResult:
+    gm: fx.GraphModule
+    sites: list
+    rejected: list
+    before: str
+    after: str
+    rewritten_inputs: frozenset     # placeholder indices of rewritten states
+    state_inputs: frozenset         # placeholder indices of other 4-D floating inputs
+    mutated_inputs: frozenset       # placeholder indices written in place by the returned graph
+
+
+def clone_gm(gm: fx.GraphModule) -> fx.GraphModule:
+    g = fx.Graph()
+    out = g.graph_copy(gm.graph, {})
+    g.output(out)
+    return fx.GraphModule(gm, g)
+
+
+def rewrite_graph(gm: fx.GraphModule, example_inputs, options) -> RewriteResult:
+    """Rewrite every provable site of ``gm`` (which is left untouched) under ``options``."""
+    work = clone_gm(gm)
+    index = GraphIndex(work.graph)
+    placeholders = [n for n in work.graph.nodes if n.op == "placeholder"]
+    rejected, accepted = [], []
+    for P in candidate_states(index):
+        try:
+            site = analyze(index, P)
+            site.family = choose_family(site, options)
+            _policy(site, P, options, len(accepted))
+            if options.validate:
+                _validate_site(gm, example_inputs, options, P.name, placeholders.index(P))
+            accepted.append(site)
+        except Rejected as e:
+            rejected.append(Rejection(find_sites.source_name(P), e.code, e.reason))
+    final, sites = _rewrite_named(gm, [s.placeholder.name for s in accepted], options)
+    reports = [_report(s, options) for s in sites]
+    _count(reports, rejected, options)
+    names = {s.placeholder.name for s in sites}
+    final_ph = [n for n in final.graph.nodes if n.op == "placeholder"]
+    final_index = GraphIndex(final.graph)
+    return RewriteResult(
+        gm=final, sites=reports, rejected=rejected, before=gm.code, after=final.code,
+        rewritten_inputs=frozenset(i for i, n in enumerate(final_ph) if n.name in names),
+        state_inputs=frozenset(i for i, n in enumerate(final_ph) if n.name not in names and _is_state_like(n)),
+        mutated_inputs=frozenset(i for i, n in enumerate(final_ph) if final_index.final.get(n, n) is not n))
+
+
+def _is_state_like(n) -> bool:
+    val = n.meta.get("example_value")
+    return isinstance(val, torch.Tensor) and val.dim() == 4 and val.dtype.is_floating_point
+
+
+def _policy(site, P, options, n_accepted: int) -> None:
+    batch = site.sizes["b"]
+    dev = P.meta["example_value"].device
+    if options.min_batch is not None and batch < options.min_batch:
+        raise Rejected("small_batch", f"batch {batch} < min_batch={options.min_batch}")
+    if options.min_batch is None and dev.type == "cuda" and batch < COST_MODEL_MIN_BATCH_CUDA:
+        raise Rejected("small_batch", f"batch {batch}: the standard step is faster below "
+                                      f"{COST_MODEL_MIN_BATCH_CUDA} (cost model; set min_batch to override)")
+    if options.fuel is not None and n_accepted >= options.fuel:
+        raise Rejected("fuel", f"fuel={options.fuel} exhausted")
+    if site.tokens > options.window and options.speculative:
+        raise Rejected("speculative_window", f"{site.tokens} draft tokens exceed window L={options.window}")
+    dtype = P.meta["example_value"].dtype
+    if options.stochastic_rounding and dtype not in (torch.bfloat16, torch.float16):
+        raise Rejected("checkpoint_dtype", f"stochastic_rounding needs a 16-bit state, this one is {dtype}")
+
+
+def _rewrite_named(gm, names, options):
+    """A copy of ``gm`` with the sites of the named placeholders rewritten (one at a time)."""
+    out = clone_gm(gm)
+    sites = []
+    for name in names:
+        index = GraphIndex(out.graph)
+        P = next(n for n in index.order if n.op == "placeholder" and n.name == name)
+        site = analyze(index, P)
+        site.family = choose_family(site, options)
+        rewrite_sites.rewrite_site(out, site, options)
+        sites.append(site)
+    out.graph.lint()
+    out.recompile()
+    return out, sites
+
+
+def _validate_site(gm, example_inputs, options, name, input_index) -> None:
+    try:
+        candidate, _ = _rewrite_named(gm, [name], options)
+    except Rejected:
+        raise
+    except Exception as e:  # noqa: BLE001  (a rewrite that cannot be built is a rejection, not a crash)
+        raise Rejected("rewrite_failed", f"{type(e).__name__}: {e}") from e
+    try:
+        bad = validate.check(gm, candidate, example_inputs, [input_index])
+    except Exception as e:  # noqa: BLE001
+        raise Rejected("validation_error", f"{type(e).__name__}: {e}") from e
+    if bad:
+        raise Rejected("validation", f"numeric check failed: {bad}")
+
+
+def _kernel_name(site, options) -> str:
+    dev = site.placeholder.meta["example_value"].device
+    impl = options.kernels if options.kernels != "auto" else ("triton" if dev.type == "cuda" else "torch")
+    return f"replay_{site.family.template}[{impl}]"
+
+
+def _report(site, options) -> SiteReport:
+    return SiteReport(state=site.name, family=site.family.name, state_shape=site.state_shape, layout=site.layout,
+                      window=options.window, read_dtype=options.read_dtype,
+                      checkpoint_dtype=str(site.placeholder.meta["example_value"].dtype).replace("torch.", ""),
+                      kernel=_kernel_name(site, options), tokens=site.tokens)
+
+
+def _count(reports, rejected, options) -> None:
+    for r in reports:
+        counters["sites_rewritten"] += 1
+        counters[f"rewrite:{r.family}"] += 1
+        log.info("replayssm: rewrote %s as %s (%s, %s, %d token(s))", r.state, r.family, r.layout,
+                 r.kernel, r.tokens)
+    for r in rejected:
+        counters["sites_rejected"] += 1
+        counters[f"reject:{r.code}"] += 1
+        log.info("replayssm: left %s as it was: %s (%s)", r.state, r.reason, r.code)
+    if options.strict and rejected:
+        raise ReplayCompileError("replayssm (strict): " + "; ".join(f"{r.state}: {r.reason}" for r in rejected))

@@ -1,0 +1,201 @@
+"""Replace a proven site's update and reads by ``replay_compile::advance`` calls.
+
+Why: once :mod:`find_sites` has proven a state's update affine in a family's form, the canonical
+inputs are products of graph values (the leaves of its normal form). This pass builds them with a
+few view/mul nodes, calls the op, rewires every read to the op's output and deletes the old update.
+
+# NOTE [op placement]
+An op for generations ``g..h`` is inserted after the last node its inputs need; every read of those
+generations must come after that point (a token's input computed from an earlier token's output,
+as in an autoregressive unroll, forces one op per token). Speculative sites need all drafts in one
+op, so they are rejected when that is impossible.
+
+# NOTE [log decay]
+A decay leaf ``exp(x)`` contributes ``x`` to ``log_a`` (no log/exp round trip); any other leaf
+contributes ``log(leaf)`` (a precomputed decay), a constant ``log(c)``.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.fx as fx
+
+from ..ops.registry import site_config
+from .find_sites import Rejected, Site
+from .normal_form import LABELS, exp_argument
+
+_DIM = {a: i for i, a in enumerate(LABELS)}
+
+
+class _Builder:
+    """Emits nodes before ``anchor``; labels are state axes (NOTE [labels] in ``normal_form``)."""
+
+    def __init__(self, graph: fx.Graph, anchor: fx.Node, state: fx.Node):
+        self.g, self.anchor, self.state = graph, anchor, state
+        self._sizes = {}
+
+    def call(self, target, *args, method=False):
+        with self.g.inserting_before(self.anchor):
+            return self.g.call_method(target, args) if method else self.g.call_function(target, args)
+
+    def size(self, label):
+        if label not in self._sizes:
+            self._sizes[label] = self.call("size", self.state, _DIM[label], method=True)
+        return self._sizes[label]
+
+    def align(self, node, labels, target) -> fx.Node:
+        """``node`` (dims labelled ``labels``) viewed with axes ``target`` (missing axes size 1)."""
+        x, present = node, [l for l in labels if l is not None]
+        for d in reversed([i for i, l in enumerate(labels) if l is None]):
+            x = self.call("squeeze", x, d, method=True)
+        if any(l not in target for l in present):
+            raise Rejected("internal", f"factor axes {labels} do not fit {target}")
+        perm = sorted(range(len(present)), key=lambda i: target.index(present[i]))
+        if perm != list(range(len(present))):
+            x = self.call("permute", x, *perm, method=True)
+        for i, l in enumerate(target):
+            if l is None or l not in present:
+                x = self.call("unsqueeze", x, i, method=True)
+        return x
+
+    def leaf(self, f, target):
+        if f.node is None:
+            return None, f.const ** f.power
+        x = self.align(f.node, f.labels, target)
+        return (x if f.power == 1 else self.call(torch.reciprocal, x)), 1.0
+
+    def product(self, leaves, target, scale: float = 1.0):
+        out = None
+        for f in leaves:
+            x, c = self.leaf(f, target)
+            scale *= c
+            if x is not None:
+                out = x if out is None else self.call(torch.mul, out, x)
+        if out is None:
+            raise Rejected("constant_input", "a canonical input is a constant")
+        return out if scale == 1.0 else self.call(torch.mul, out, scale)
+
+    def full(self, x, target):
+        """Expanded to the full canonical shape and made contiguous."""
+        x = self.call("expand", x, *[self.size(l) for l in target], method=True)
+        return self.call("contiguous", x, method=True)
+
+    def log_decay(self, leaves, target):
+        out, const = None, 0.0
+        for f in leaves:
+            if f.node is None:
+                if f.const <= 0:
+                    raise Rejected("decay", "a non-positive constant decay")
+                const += f.power * math.log(f.const)
+                continue
+            arg = exp_argument(f.node)
+            x = self.align(arg, f.labels, target) if arg is not None else \
+                self.align(self.call(torch.log, f.node), f.labels, target)
+            if f.power != 1:
+                x = self.call(torch.neg, x)
+            out = x if out is None else self.call(torch.add, out, x)
+        if out is None:
+            raise Rejected("decay", "a constant decay")
+        return out if const == 0.0 else self.call(torch.add, out, const)
+
+
+def _leaf_nodes(step) -> list:
+    leaves = list(step.k) + list(step.decay) + list(step.q or []) + list(step.beta or [])
+    for _, vs in step.v:
+        leaves += list(vs)
+    return [f.node for f in leaves if f.node is not None]
+
+
+def plan_chunks(site: Site, pos: dict) -> list:
+    """Consecutive generations sharing one op (NOTE [op placement]): ``[(first, last, anchor_pos)]``."""
+    chunks, start = [], 0
+    while start < len(site.steps):
+        end, last = start, max((pos[n] for n in _leaf_nodes(site.steps[start])), default=-1)
+        while end + 1 < len(site.steps):
+            nxt = max(last, max((pos[n] for n in _leaf_nodes(site.steps[end + 1])), default=-1))
+            reads = [r for s in site.steps[start:end + 2] for r, *_ in s.reads]
+            if any(pos[u] <= nxt for r in reads for u in r.users):
+                break
+            end, last = end + 1, nxt
+        chunks.append((start, end, last))
+        start = end + 1
+    return chunks
+
+
+def rewrite_site(gm: fx.GraphModule, site: Site, options) -> None:
+    """Rewrite ``site`` in ``gm.graph`` in place (the site was found on this graph)."""
+    g = gm.graph
+    order = list(g.nodes)
+    pos = {n: i for i, n in enumerate(order)}
+    chunks = plan_chunks(site, pos)
+    if options.speculative and len(chunks) > 1:
+        raise Rejected("speculative_order", "a draft token's input depends on an earlier draft's output")
+    K, V = site.key, ("c" if site.key == "r" else "r")
+    cfg = site_config(family=site.family.name, window=options.window, layout=site.layout,
+                      k_heads=site.sizes["h"], read_dtype=options.read_dtype,
+                      stochastic_rounding=options.stochastic_rounding, kernels=options.kernels,
+                      speculative=options.speculative)
+    for first, last, anchor_pos in chunks:
+        anchor = order[anchor_pos + 1] if anchor_pos >= 0 else next(n for n in order if n.op != "placeholder")
+        b = _Builder(g, anchor, site.placeholder)
+        steps = site.steps[first:last + 1]
+        canon = [_canonical(b, s, K, V, site) for s in steps]
+        stacked = [None if c[0] is None else b.call(torch.stack, list(c), 1) for c in zip(*canon)]
+        o = b.call(torch.ops.replay_compile.advance.default, site.placeholder, *stacked, cfg)
+        for t, s in enumerate(steps):
+            o_t = b.call(torch.select, o, 1, t)
+            for read, sign, outer, axes in s.reads:
+                _replace_read(b, read, o_t, sign, outer, axes, V)
+    _remove_update(g, site)
+
+
+def _canonical(b: _Builder, s, K, V, site: Site):
+    bhk, bhv, bh = ("b", "h", K), ("b", "h", V), ("b", "h")
+    k = b.full(b.product(s.k, bhk), bhk)
+    v = None
+    for sign, leaves in s.v:
+        term = b.product(leaves, bhv, float(sign))
+        v = term if v is None else b.call(torch.add, v, term)
+    v = b.full(v, bhv)
+    q = b.full(b.product(s.q, bhk), bhk) if s.q else b.call(torch.zeros_like, k)
+    log_a = None
+    if site.decay_kind != "none":
+        target = bh if site.decay_kind == "scalar" else bhk
+        log_a = b.full(b.log_decay(s.decay, target), target)
+    beta = b.full(b.product(s.beta, bh, float(s.beta_sign)), bh) if site.delta else None
+    return q, k, v, log_a, beta
+
+
+def _replace_read(b: _Builder, read, o_t, sign, outer, axes, V):
+    """``read`` equals ``sign * prod(outer) * o_t`` with dims ``axes``."""
+    x = b.align(o_t, ("b", "h", V), tuple(axes))
+    scale = float(sign)
+    for f in outer:
+        y, c = b.leaf(f, tuple(axes))
+        scale *= c
+        if y is not None:
+            x = b.call(torch.mul, x, y)
+    if scale != 1.0:
+        x = b.call(torch.mul, x, scale)
+    val = read.meta.get("example_value")
+    x = b.call("to", x, val.dtype, method=True) if isinstance(val, torch.Tensor) else x
+    read.replace_all_uses_with(x)
+
+
+def _remove_update(g: fx.Graph, site: Site) -> None:
+    """Delete the old update: the op now owns the state. Returned states are the placeholder itself."""
+    region = site.region
+    out = next(n for n in reversed(g.nodes) if n.op == "output")
+    out.args = fx.node.map_arg(out.args, lambda a: site.placeholder if a in region else a)
+    for n in reversed(list(g.nodes)):
+        if (n in region or _is_read(n, site)) and n is not site.placeholder and not n.users:
+            g.erase_node(n)
+    left = [n for n in g.nodes if n in region and n is not site.placeholder]
+    if left:
+        raise Rejected("internal", f"old update nodes still used: {[n.name for n in left]}")
+
+
+def _is_read(n, site) -> bool:
+    return any(n is r for s in site.steps for r, *_ in s.reads)
+
