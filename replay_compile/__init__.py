@@ -8,5 +8,7 @@ checkpoint + ring + cursors), ``templates`` (Triton kernels), ``passes`` (the FX
 from .families import (Canonical, FamilyError, RecurrenceFamily, families, get_family,  # noqa: F401
                        register_family, standard_scan, standard_step)
 from .runtime import ReplayError, ReplayState  # noqa: F401
+from .api import (ExplainReport, commit, counters, explain, materialize, release,  # noqa: F401
+                  reset_counters)
 
 __version__ = "0.1.0"

@@ -36,7 +36,7 @@ import torch
 import torch.fx as fx
 
 from ..families import families as registered_families
-from .normal_form import (LABELS, METADATA, STATE, Contract, Form, Interpreter, Leaf, Mono, Unsupported,
+from .normal_form import (LABELS, METADATA, SHAPE_ONLY_ARGS, STATE, Contract, Form, Interpreter, Leaf, Mono, Unsupported,
                           describe, dtype_of, inplace_of, is_bare_state, match_multiset, op_name, shape_of)
 
 
@@ -80,6 +80,8 @@ class GraphIndex:
         args = list(n.args)
         if n.op == "call_method" and n.target in ("copy_", "fill_", "zero_"):
             args = args[1:]
+        if op_name(n) in SHAPE_ONLY_ARGS:
+            args = args[:1]
         out = []
         fx.node.map_arg((args, n.kwargs), lambda a: out.append(self.resolve(n, a)))
         return list(dict.fromkeys(out))
@@ -138,6 +140,7 @@ class Site:
     region: set
     returned: bool
     sizes: dict
+    axes: dict = dataclasses.field(default_factory=dict)   # region node -> its axes (shape uses)
 
     @property
     def tokens(self) -> int:
@@ -182,7 +185,7 @@ def analyze(index: GraphIndex, P: fx.Node) -> Site:
     sizes = dict(zip(LABELS, shape_of(P)))
     mutated = index.final.get(P, P) is not P
     atom, axes = P, LABELS
-    gens, region = [], set()
+    gens, region, axes_of = [], set(), {}
     while True:
         interp = Interpreter(sizes, index.resolve)
         interp.run(atom, axes, index.order[index.pos[atom] + 1:])
@@ -196,6 +199,7 @@ def analyze(index: GraphIndex, P: fx.Node) -> Site:
         elif reads and step is not None:
             raise Rejected("read_old_state", "the output reads the state before its update")
         region |= live | {atom}
+        axes_of.update({n: forms[n].axes for n in live | {atom} if n in forms})
         if step is None:
             _check_final(index, interp, P, atom, live, anc_reads, mutated, bool(gens))
             break
@@ -206,7 +210,9 @@ def analyze(index: GraphIndex, P: fx.Node) -> Site:
         atom, axes = step, forms[step].axes
     if not gens:
         raise Rejected("no_update", "no affine update of the state found")
-    return _recognize(P, gens, region | {g.node for g in gens}, sizes, returned=not mutated)
+    site = _recognize(P, gens, region | {g.node for g in gens}, sizes, returned=not mutated)
+    site.axes = axes_of
+    return site
 
 
 @dataclasses.dataclass
@@ -381,14 +387,16 @@ def _delta_step(node, outer, dleaves, K, V) -> Step:
     kA, uA, sA = _sides(A.factors, K, V)
     kB, uB, sB = _sides([f for f in B.factors if f is not c], K, V)
     inner = [f for f in c.mono.factors if f is not STATE]
-    w = match_multiset(dleaves, inner) if all(isinstance(f, Leaf) for f in inner) else None
-    rest = match_multiset(sB, sA)
+    # the decay's scalar factors sit outside the contraction, its channel factors inside
+    w = match_multiset([f for f in dleaves if K in f.free], inner) if all(isinstance(f, Leaf) for f in inner) else None
+    beta = match_multiset([f for f in dleaves if K not in f.free], sB)
+    rest = match_multiset(beta, sA) if beta is not None else None
     ok = (not uB and kA and c.mono.sign == 1 and c.mono.factors.count(STATE) == 1 and w is not None
           and rest is not None and match_multiset(kB, kA) == [] and len(kA) == len(kB)
           and match_multiset(w, kA) == [] and len(w) == len(kA))
     if not ok:
         raise Rejected("delta", "the correction term does not read the decayed state along the update's key")
-    return Step(node, k=kA, v=[(-A.sign * B.sign, rest + uA)], decay=dleaves, beta=sB, beta_sign=-B.sign)
+    return Step(node, k=kA, v=[(-A.sign * B.sign, rest + uA)], decay=dleaves, beta=beta, beta_sign=-B.sign)
 
 
 def _query(reads, K):

@@ -122,8 +122,8 @@ def dtype_of(node) -> Optional[torch.dtype]:
 def _hint(s) -> int:
     if isinstance(s, int):
         return s
-    from torch.fx.experimental.symbolic_shapes import hint_int
-    return hint_int(s)
+    hint = getattr(s.node, "hint", None)
+    return int(hint) if hint is not None else int(s.node.shape_env.size_hint(s.node.expr))
 
 
 # --------------------------------------------------------------------------------- op vocabulary
@@ -146,8 +146,11 @@ _OPERATORS = {operator.mul: "mul", operator.add: "add", operator.sub: "sub", ope
               operator.imul: "mul_", operator.iadd: "add_", operator.isub: "sub_", operator.itruediv: "div_"}
 CASTS = {"to", "float", "double", "type_as", "contiguous", "clone", "type", "half", "bfloat16"}
 VIEWS = {"getitem", "view", "reshape", "transpose", "permute", "unsqueeze", "squeeze", "expand", "expand_as",
-         "select", "narrow", "t", "flatten", "unflatten", "as_strided", "view_as", "movedim", "swapaxes"}
-METADATA = {"size", "dim", "stride", "numel", "data_ptr", "is_contiguous", "element_size", "get_device"}
+         "select", "narrow", "t", "flatten", "unflatten", "as_strided", "view_as", "reshape_as", "movedim",
+         "swapaxes"}
+METADATA = {"size", "dim", "stride", "numel", "data_ptr", "is_contiguous", "element_size", "get_device",
+            "zeros_like", "ones_like", "empty_like", "new_zeros", "new_ones", "new_empty", "new_full"}
+SHAPE_ONLY_ARGS = {"expand_as", "view_as", "type_as", "reshape_as"}  # their second argument gives a shape/dtype
 OVERWRITE = {"copy_", "fill_", "zero_"}
 
 
@@ -200,7 +203,7 @@ class Interpreter:
     def run(self, atom: fx.Node, atom_axes: tuple, order: list) -> None:
         self.forms[atom] = state_form(atom_axes)
         for n in order:
-            if n is atom or not any(self._dependent(a) for a in self._node_args(n)):
+            if n is atom or n.op == "output" or not any(self._dependent(a) for a in self._node_args(n)):
                 continue
             try:
                 self.forms[n] = self.transfer(n)
@@ -217,6 +220,10 @@ class Interpreter:
         fx.node.map_arg((n.args, n.kwargs), lambda a: flat.append(self.resolve(n, a)))
         if n.op == "call_method" and n.target in OVERWRITE and flat:
             flat = flat[1:]  # copy_/fill_ do not read the old value of their target
+        if op_name(n) in METADATA:
+            return []
+        if op_name(n) in SHAPE_ONLY_ARGS:
+            return flat[:1]
         return flat
 
     def arg(self, n: fx.Node, a):
@@ -233,7 +240,7 @@ class Interpreter:
         name = op_name(n)
         if name in METADATA:
             raise Unsupported("metadata", name)
-        args = [self.arg(n, a) for a in n.args]
+        args = [self.arg(n, a) for a in (n.args[:1] if name in SHAPE_ONLY_ARGS else n.args)]
         kwargs = {k: self.arg(n, v) for k, v in n.kwargs.items()}
         if n.op == "call_method" and n.target in OVERWRITE:
             if n.target != "copy_":

@@ -23,7 +23,7 @@ import torch.fx as fx
 
 from ..ops.registry import site_config
 from .find_sites import Rejected, Site
-from .normal_form import LABELS, exp_argument
+from .normal_form import LABELS, exp_argument, op_name
 
 _DIM = {a: i for i, a in enumerate(LABELS)}
 
@@ -186,6 +186,10 @@ def _replace_read(b: _Builder, read, o_t, sign, outer, axes, V):
 def _remove_update(g: fx.Graph, site: Site) -> None:
     """Delete the old update: the op now owns the state. Returned states are the placeholder itself."""
     region = site.region
+    for r in [n for n in g.nodes if n in region and n in site.axes]:
+        for u in list(r.users):
+            if u not in region and not _is_read(u, site):
+                _drop_shape_use(g, u, r, site)
     out = next(n for n in reversed(g.nodes) if n.op == "output")
     out.args = fx.node.map_arg(out.args, lambda a: site.placeholder if a in region else a)
     for n in reversed(list(g.nodes)):
@@ -194,6 +198,24 @@ def _remove_update(g: fx.Graph, site: Site) -> None:
     left = [n for n in g.nodes if n in region and n is not site.placeholder]
     if left:
         raise Rejected("internal", f"old update nodes still used: {[n.name for n in left]}")
+
+
+def _drop_shape_use(g, user, r, site) -> None:
+    """``x.expand_as(r)``, ``r.size(d)`` ...: the same, with ``r``'s shape spelled from the placeholder's."""
+    b = _Builder(g, user, site.placeholder)
+    sizes = [1 if a is None else b.size(a) for a in site.axes[r]]
+    name = op_name(user)
+    if name == "size" and user.args[0] is r and len(user.args) == 2:
+        user.replace_all_uses_with(sizes[user.args[1] % len(sizes)])
+    elif name in ("expand_as", "view_as", "reshape_as") and user.args[1] is r and user.args[0] is not r:
+        x = b.call({"expand_as": "expand", "view_as": "view", "reshape_as": "reshape"}[name], user.args[0],
+                   *sizes, method=True)
+        user.replace_all_uses_with(x)
+    elif name == "type_as" and user.args[1] is r and user.args[0] is not r:
+        user.replace_all_uses_with(b.call("to", user.args[0], r.meta["example_value"].dtype, method=True))
+    else:
+        return
+    g.erase_node(user)
 
 
 def _is_read(n, site) -> bool:
