@@ -11,7 +11,7 @@ from replay_compile.families import get_family, standard_scan
 from replay_compile.families import standard_step as reference_step
 from replay_compile.families.base import Canonical
 from replay_compile.templates.snapshot import snapshot_commit, snapshot_table, snapshot_verify
-from replay_compile.templates.standard import standard_step
+from replay_compile.templates.standard import default_block_v, default_num_warps, standard_step
 from replay_compile.testing import StandardPool, poisoned_like, random_canonical, rel_rms
 
 FAMILIES = ["simple_gla", "gla", "deltanet", "gated_deltanet", "kda", "mamba2"]
@@ -98,6 +98,18 @@ def test_standard_step_rejects_mismatched_inputs():
                       layout="vk")
     with pytest.raises(ValueError, match="out must be"):
         _kernel_step(s0.float(), _to(x, device="cpu"), fam, "vk", out=torch.empty(2, 2, 5))
+
+
+@pytest.mark.parametrize("K,V,pairs,bv", [(128, 64, 256 * 128, 64), (128, 80, 256 * 96, 16), (128, 128, 2 * 64, 32),
+                                          (128, 128, 1 * 32, 16), (256, 128, 4096, 32), (5, 3, 8, 4)])
+def test_default_tiling(K, V, pairs, bv):
+    """No masked value lanes where V allows it, tiles of <= 8K elements, a grid that covers the GPU."""
+    assert default_block_v(K, V, pairs) == bv
+    assert 1 <= default_num_warps(triton_next_pow2(K), bv) <= 2
+
+
+def triton_next_pow2(n):
+    return 1 << (n - 1).bit_length()
 
 
 @pytest.mark.parametrize("layout", ["kv", "vk"])

@@ -65,20 +65,36 @@ FULL = dict(batch=[1, 8, 32, 128, 256, 512], window=[4, 8, 16, 32], read=["none"
             verify=[1, 2, 4, 8])
 QUICK = dict(batch=[1, 256], window=[8, 16], read=["none", "fp8", "fp4"], verify=[4, 8])
 SMOKE = dict(batch=[3], window=[4], read=["none", "fp8"], verify=[2])
-TUNE_CONFIGS = [(bv, nw) for bv in (16, 32, 64) for nw in (2, 4, 8)]
+TUNE_CONFIGS = [(bv, nw) for bv in (16, 32, 64) for nw in (1, 2, 4, 8)]
 
 
 # ------------------------------------------------------------------------------------------ timing
 class Timer:
-    """Median time of ``fn()`` in microseconds: do_bench on CUDA, wall clock on the CPU."""
+    """Median time of ``fn()`` in microseconds.
 
-    def __init__(self, device: str, warmup_ms: int, rep_ms: int):
-        self.device, self.warmup_ms, self.rep_ms = device, warmup_ms, rep_ms
+    On CUDA, ``fn`` is captured in a CUDA graph (as serving engines run decode) and the graph replay
+    is timed with ``do_bench``, which clears the L2 before every call: the time is the GPU's, without
+    Python launch overhead. A function that cannot be captured is timed directly (``timing`` says
+    which). On the CPU: the wall clock.
+    """
 
-    def __call__(self, fn: Callable[[], object]) -> float:
-        if self.device == "cuda":
-            from triton.testing import do_bench  # noqa: PLC0415
-            return 1e3 * do_bench(fn, warmup=self.warmup_ms, rep=self.rep_ms, return_mode="median")
+    def __init__(self, device: str, warmup_ms: int, rep_ms: int, graphs: bool = True):
+        self.device, self.warmup_ms, self.rep_ms, self.graphs = device, warmup_ms, rep_ms, graphs
+
+    def __call__(self, fn: Callable[[], object]) -> tuple[float, str]:
+        """``(microseconds, timing method)``."""
+        if self.device != "cuda":
+            return self._wall(fn), "wall clock"
+        from triton.testing import do_bench  # noqa: PLC0415
+        run, how = fn, "do_bench"
+        if self.graphs:
+            graph = _capture(fn)
+            if graph is not None:
+                run, how = graph.replay, "cuda graph"
+        return 1e3 * do_bench(run, warmup=self.warmup_ms, rep=self.rep_ms, return_mode="median"), how
+
+    @staticmethod
+    def _wall(fn) -> float:
         fn()
         samples = []
         for _ in range(3):
@@ -88,12 +104,32 @@ class Timer:
         return 1e6 * statistics.median(samples)
 
 
+def _capture(fn) -> Optional["torch.cuda.CUDAGraph"]:
+    """``fn`` captured in a CUDA graph after two warm-up calls on a side stream, or None if it cannot be."""
+    try:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            fn()
+            fn()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fn()
+        graph.replay()
+        torch.cuda.synchronize()
+        return graph
+    except Exception:  # noqa: BLE001  (host syncs, host-side allocation checks, ...: time it directly)
+        torch.cuda.synchronize()
+        return None
+
+
 def copy_bandwidth(device: str, gbytes: float, timer: Timer) -> float:
     """Device copy bandwidth in GB/s, counting bytes read + written (a torch copy of ``gbytes`` GB)."""
     n = int(gbytes * 1e9 / 2 / 4)
     src = torch.empty(n, dtype=torch.float32, device=device).uniform_()
     dst = torch.empty_like(src)
-    us = timer(lambda: dst.copy_(src))
+    us, _ = timer(lambda: dst.copy_(src))
     return 2 * n * 4 / us / 1e3
 
 
@@ -229,12 +265,13 @@ class Bench:
         print(f"\r[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} {what:<60}", end="",
               file=sys.stderr, flush=True)
 
-    def measure(self, fn: Callable[[], object]):
-        """``(microseconds, None)`` or ``(None, reason)`` when the column cannot run."""
+    def measure(self, fn: Callable[[], object]) -> dict:
+        """``{"us", "why", "timing"}``: ``us`` is None and ``why`` the reason when the column cannot run."""
         try:
-            return self.timer(fn), None
+            us, how = self.timer(fn)
+            return {"us": us, "why": None, "timing": how}
         except Exception as e:  # noqa: BLE001  (any failure makes the column n/a, the run goes on)
-            return None, f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+            return {"us": None, "why": _reason(e)}
 
     # ----------------------------------------------------------------------------- baselines
     def baselines(self, name: str, shape: Shape, batch: int) -> dict:
@@ -284,9 +321,8 @@ class Bench:
             o, new = (out[0].reshape(ref_o.shape), out[1]) if isinstance(out, tuple) else (out, s)
             err = max(_rel(o, ref_o), _rel(new, ref_state))
         except Exception as e:  # noqa: BLE001
-            return {"us": None, "why": f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"}
-        us, why = self.measure(make(state0.clone()))
-        return {"us": us, "why": why, "check": err}
+            return {"us": None, "why": _reason(e)}
+        return {**self.measure(make(state0.clone())), "check": err}
 
     # -------------------------------------------------------------------------------- replay
     def replay_step(self, shape: Shape, batch: int, L: int, read: str) -> dict:
@@ -300,12 +336,11 @@ class Bench:
                              kernels=self.args.replay_kernels)
             rs.count.copy_(torch.arange(batch, device=self.device) % L)  # staggered ring phases
         except Exception as e:  # noqa: BLE001
-            return {"us": None, "why": f"{type(e).__name__}: {e}"}
+            return {"us": None, "why": _reason(e)}
         mem = rs.memory_report()
         read_copy = mem["read_copy"] // batch
-        us, why = self.measure(lambda: rs.step(*x))
-        return {"us": us, "why": why, "bytes": replay_step_bytes(shape, fam, batch, L, read_copy, rs.raw_fold, x),
-                "per_slot_bytes": mem["per_slot"]}
+        return {**self.measure(lambda: rs.step(*x)), "per_slot_bytes": mem["per_slot"],
+                "bytes": replay_step_bytes(shape, fam, batch, L, read_copy, rs.raw_fold, x)}
 
     def verify(self, name: str, shape: Shape, batch: int, T: int) -> dict:
         """Replay verify T (+ commit of all T) vs snapshot verify T (+ index commit) vs one standard step."""
@@ -328,7 +363,7 @@ class Bench:
             nonlocal table
             snapshot_verify(states, *x, table=table, **kw)
             table = snapshot_commit(table, n_all)
-        row["snapshot_us"], row["snapshot_why"] = self.measure(snap)
+        row.update({f"snapshot_{k}": v for k, v in self.measure(snap).items()})
         del states
 
         if "ours" not in self.args.columns:
@@ -345,12 +380,17 @@ class Bench:
             def replay():
                 rs.verify(*x)
                 rs.commit(n_all)
-            row["replay_us"], row["replay_why"] = self.measure(replay)
+            row.update({f"replay_{k}": v for k, v in self.measure(replay).items()})
             row["replay_per_seq_bytes"] = rs.memory_report()["per_slot"]
             row["window"] = L
         except Exception as e:  # noqa: BLE001
-            row["replay_us"], row["replay_why"] = None, f"{type(e).__name__}: {e}"
+            row["replay_us"], row["replay_why"] = None, _reason(e)
         return row
+
+
+def _reason(e: Exception) -> str:
+    msg = str(e).splitlines()[0][:200] if str(e) else ""
+    return f"{type(e).__name__}: {msg}"
 
 
 def _raise(why):
@@ -378,6 +418,9 @@ def parse_args(argv):
     p.add_argument("--quick", action="store_true", help=f"a ~4 minute GPU run: batch/L/read/T = {QUICK}")
     p.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU in seconds (CI)")
     p.add_argument("--tune", action="store_true", help="also sweep our standard kernel's (block_v, num_warps)")
+    p.add_argument("--tune-batch", type=lst(int), help="batch sizes of the sweep (default: the verify batches)")
+    p.add_argument("--timing", choices=("graph", "direct"), default="graph",
+                   help="CUDA: time CUDA-graph replays (default) or direct calls, both with do_bench")
     p.add_argument("--replay-kernels", choices=("triton", "torch"), help="ReplayState kernels for 'ours' "
                    "(default: triton on CUDA, torch reference otherwise)")
     p.add_argument("--warmup-ms", type=int, default=25)
@@ -407,21 +450,22 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.device == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before templates import triton
-    timer = Timer(args.device, args.warmup_ms, args.rep_ms)
+    timer = Timer(args.device, args.warmup_ms, args.rep_ms, graphs=args.timing == "graph")
     shapes = {n: (SMOKE_SHAPES if args.smoke else SHAPES)[n] for n in args.shapes}
     bench = Bench(args, timer, shapes)
     verify_batches = args.verify_batch or ([256] if 256 in args.batch else [max(args.batch)])
+    tune_batches = [b for b in (args.tune_batch or verify_batches) if b in args.batch]
     n_base = sum(1 for c in COLUMNS[1:] if c in args.columns and not (args.smoke and c == "compile"))
     n_ours = "ours" in args.columns
     bench.total = len(shapes) * (len(args.batch) * (n_base + len(args.window) * len(args.read) * n_ours)
-                                 + len(verify_batches) * (len(args.verify) * (1 + n_ours)
-                                                          + (len(TUNE_CONFIGS) if args.tune else 0)))
+                                 + len(verify_batches) * len(args.verify) * (1 + n_ours)
+                                 + (len(tune_batches) * len(TUNE_CONFIGS) if args.tune else 0))
     bench.copy_gbps = copy_bandwidth(args.device, args.copy_gb, timer)
     results = {"meta": _meta(args, argv, bench.copy_gbps), "step": [], "verify": [], "tune": []}
     for name, shape in shapes.items():
         for batch in args.batch:
             base = bench.baselines(name, shape, batch)
-            if args.tune and batch in verify_batches:
+            if args.tune and batch in tune_batches:
                 results["tune"] += _tune(bench, name, shape, batch)
             for L in args.window if "ours" in args.columns else []:
                 for read in args.read:
@@ -459,10 +503,10 @@ def _tune(bench, name, shape, batch) -> list:
     rows = []
     for bv, nw in TUNE_CONFIGS:
         bench.progress(f"{name} B={batch} tune block_v={bv} warps={nw}")
-        us, why = bench.measure(lambda: standard_step(state, *x, delta=fam.delta, decay=fam.decay, layout=shape.layout,
-                                                      block_v=bv, num_warps=nw))
-        rows.append(dict(shape=name, batch=batch, block_v=bv, num_warps=nw, us=us, why=why,
-                         gbps=None if us is None else nbytes / us / 1e3))
+        m = bench.measure(lambda: standard_step(state, *x, delta=fam.delta, decay=fam.decay, layout=shape.layout,
+                                                block_v=bv, num_warps=nw))
+        rows.append(dict(shape=name, batch=batch, block_v=bv, num_warps=nw, **m,
+                         gbps=None if m["us"] is None else nbytes / m["us"] / 1e3))
     return rows
 
 
@@ -506,6 +550,17 @@ def _us(c) -> str:
     return "n/a" if not c or c.get("us") is None else f"{c['us']:.1f}"
 
 
+def _timings(results) -> set:
+    """Timing methods used anywhere in ``results`` (CUDA graph replay, direct do_bench, wall clock)."""
+    found = set()
+    for r in results["step"] + results["tune"]:
+        for c in [r, *[v for v in r.values() if isinstance(v, dict)]]:
+            if c.get("timing"):
+                found.add(c["timing"])
+    found.update(v for r in results["verify"] for k, v in r.items() if k.endswith("_timing") and v)
+    return found
+
+
 def _num(v, fmt=".1f", unit="") -> str:
     return "-" if v is None else f"{v:{fmt}}{unit}"
 
@@ -517,7 +572,8 @@ def _mib(nbytes) -> str:
 def format_tables(results: dict) -> str:
     """Markdown tables of the step rows, the verify rows and the tuning sweep."""
     copy = results["meta"]["copy_gbps"]
-    lines = [f"device {results['meta']['device']}, copy bandwidth {copy:.0f} GB/s (read+write)", "",
+    lines = [f"device {results['meta']['device']}, copy bandwidth {copy:.0f} GB/s (read+write), "
+             f"timing: {', '.join(sorted(_timings(results)))}", "",
              "| shape | B | L | read | ours us | std us | fla us | eager us | compile us | ours %bw | std %bw "
              "| ours floor us | std floor us | best std / ours |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]

@@ -86,9 +86,33 @@ def _recurrent_decode_kernel(
                  mask=mask_tile & live & (out_slot >= 0))
 
 
-def default_block_v(head_k: int, head_v: int) -> int:
-    """Value columns per program: a ~4K-element tile (16 KB fp32), enough bytes in flight per SM."""
-    return max(1, min(triton.next_power_of_2(head_v), 4096 // triton.next_power_of_2(head_k)))
+# NOTE [tiling]
+# Measured on the H200 at batch 256 (BENCHMARKS.md, tuning sweep): a [128, 64] fp32 tile with 2 warps
+# moves 90-95% of copy bandwidth for every template in either layout; [128, 32] tiles lose 10-15% on
+# the kv layout (the key-axis reductions cross more warps per byte). Tiles stay <= 8K elements
+# (128 registers per thread at 2 warps) so the delta rule does not spill. Small batches split the
+# value axis further so the grid still covers the GPU.
+_MAX_TILE = 8192
+_MIN_PROGRAMS = 264  # two programs per H200 SM
+
+
+def default_block_v(head_k: int, head_v: int, programs_per_block: int = _MIN_PROGRAMS) -> int:
+    """Value columns per program for ``[K, V]`` heads and ``programs_per_block`` (row, head) pairs.
+
+    The largest of 64/32/16 dividing V (no masked lanes), capped by the tile budget, then halved
+    while the grid is smaller than ``_MIN_PROGRAMS``.
+    """
+    cap = max(1, _MAX_TILE // triton.next_power_of_2(head_k))
+    bv = next((b for b in (64, 32, 16) if head_v % b == 0), min(32, triton.next_power_of_2(head_v)))
+    bv = min(bv, cap)
+    while bv > 16 and programs_per_block * triton.cdiv(head_v, bv) < _MIN_PROGRAMS:
+        bv //= 2
+    return bv
+
+
+def default_num_warps(block_k: int, block_v: int) -> int:
+    """2 warps for tiles of 2K-8K elements (32-128 per thread); 1 for smaller tiles."""
+    return 2 if block_k * block_v >= 2048 else 1
 
 
 def _launch(state, q, k, v, log_a, beta, src, dst, *, delta, decay, layout, store_every_token,
@@ -113,7 +137,7 @@ def _launch(state, q, k, v, log_a, beta, src, dst, *, delta, decay, layout, stor
     if o.shape != (B, T, Hv, V) or o.dtype != cd or not o.is_contiguous():
         raise ValueError(f"out must be a contiguous {cd} tensor of shape {(B, T, Hv, V)}")
     BK = triton.next_power_of_2(K)
-    BV = block_v or default_block_v(K, V)
+    BV = block_v or default_block_v(K, V, B * Hv)
     contig = lambda t: None if t is None else t.contiguous()  # noqa: E731
     grid = (B * Hv, triton.cdiv(V, BV))
     _recurrent_decode_kernel[grid](
@@ -121,7 +145,7 @@ def _launch(state, q, k, v, log_a, beta, src, dst, *, delta, decay, layout, stor
         state.stride(0), state.stride(1), stride_sk, stride_sv, dst.stride(0),
         T=T, HV=Hv, GROUP=Hv // Hk, K=K, V=V, BK=BK, BV=BV,
         DECAY=_DECAY_CODE[decay], DELTA=delta, STORE_EVERY_TOKEN=store_every_token,
-        num_warps=num_warps or (4 if BK * BV >= 2048 else 1),
+        num_warps=num_warps or default_num_warps(BK, BV),
     )
     return o
 
