@@ -9,8 +9,10 @@ Two halves:
    exact, counters prove the expected rewrite happened (or that a decoy was rejected with a reason),
    and ``replay_compile.explain`` reports the site.
 
-CI (CPU, 2 cores) runs one window for most spellings and the full set ``L in {1, 4, 16}`` x
-fp32/fp64 for one spelling per family; ``-m slow`` runs the whole sweep.
+CI (CPU, 2 cores, a few minutes for the whole suite) runs every spelling at one window with the rest
+of the graph left eager (``inductor=False``: the rewrite and the runtime are what is under test), the
+full set ``L in {1, 4, 16}`` x fp32/fp64 for a few, and Inductor end to end for a few; ``-m slow``
+runs the whole sweep (every spelling x L x dtype, Inductor on, 300 steps) and every explain check.
 """
 import importlib.metadata
 import os
@@ -35,10 +37,14 @@ TOL = {torch.float32: 1e-5, torch.float64: 1e-12}
 EAGER_TOL = {torch.float32: 2e-6, torch.float64: 1e-12}
 WINDOWS = (1, 4, 16)
 CI_WINDOW = 4
-# One spelling per family (and per state protocol) gets the full L x dtype set in CI.
-FULL_IN_CI = ("sgla_broadcast_sum", "gla_python_loop_T2_inplace", "deltanet_matmul_vk_inplace",
-              "gdn_transformers_grouped", "kda_grouped_expand_vk_inplace", "mamba2_transformers_buffer",
-              "decoy_tanh_state")
+FAST = {"inductor": False}
+FULL_IN_CI = ("sgla_broadcast_sum", "gdn_transformers_grouped", "decoy_tanh_state")  # all L x dtypes
+INDUCTOR_IN_CI = ("mamba2_transformers_buffer", "kda_grouped_expand_vk_inplace")
+EXPLAIN_IN_CI = ("sgla_broadcast_sum", "sgla_vk_matmul_inplace", "sgla_python_loop_T3", "retnet_fixed_decay_buffer",
+                 "gla_broadcast_sum", "deltanet_matmul_vk_inplace", "gdn_transformers_grouped",
+                 "gdn_python_loop_T3_buffer", "kda_grouped_expand_vk_inplace", "mamba2_transformers_buffer",
+                 "decoy_tanh_state", "decoy_state_read_by_logger", "decoy_dense_transition",
+                 "decoy_integer_state_buffer", "decoy_partial_update")
 
 
 def _flat(out) -> torch.Tensor:
@@ -52,6 +58,10 @@ def _seed() -> int:
 
 def _ids(spellings):
     return [s.name for s in spellings]
+
+
+def _slow_unless(in_ci: bool, *values):
+    return pytest.param(*values, marks=() if in_ci else pytest.mark.slow)
 
 
 # ================================================================== 1. the corpus, eagerly
@@ -98,7 +108,7 @@ def test_spelling_stays_bounded(spelling):
     """Inputs are drawn so that long runs neither vanish nor blow up (the compiled checks run 100+ steps)."""
     g = torch.Generator().manual_seed(_seed())
     case = spelling.build(spelling.dtypes[0], g)
-    for _ in range(3 * STEPS):
+    for _ in range(STEPS + STEPS // 2):
         out = case.step(case.draw(g))
     state = case.live_state().double()
     assert torch.isfinite(state).all() and 0 < state.abs().max() < 1e3
@@ -158,18 +168,8 @@ def check_counters(spelling):
 
 
 def _ci_cases():
-    cases = []
-    for s in CORPUS:
-        if s.name in FULL_IN_CI:
-            cases += [(s, d, L) for d in s.dtypes for L in WINDOWS]
-        else:
-            cases.append((s, s.dtypes[0], CI_WINDOW))
-    return cases
-
-
-def _all_cases():
-    ci = {(s.name, d, L) for s, d, L in _ci_cases()}
-    return [(s, d, L) for s in CORPUS for d in s.dtypes for L in WINDOWS if (s.name, d, L) not in ci]
+    return [(s, d, L) for s in CORPUS for d in s.dtypes for L in WINDOWS
+            if (d, L) == (s.dtypes[0], CI_WINDOW) or s.name in FULL_IN_CI]
 
 
 def _case_ids(cases):
@@ -178,13 +178,18 @@ def _case_ids(cases):
 
 @pytest.mark.parametrize("spelling,dtype,window", _ci_cases(), ids=_case_ids(_ci_cases()))
 def test_compiled_equals_eager(fresh_compiler, spelling, dtype, window):
-    run_compiled(spelling, dtype, window)
+    run_compiled(spelling, dtype, window, options=FAST)
     check_counters(spelling)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("spelling,dtype,window", _all_cases(), ids=_case_ids(_all_cases()))
-def test_compiled_equals_eager_sweep(fresh_compiler, spelling, dtype, window):
+INDUCTOR_CASES = [_slow_unless(s.name in INDUCTOR_IN_CI and (d, L) == (s.dtypes[0], CI_WINDOW), s, d, L)
+                  for s in CORPUS for d in s.dtypes for L in WINDOWS]
+
+
+@pytest.mark.parametrize("spelling,dtype,window", INDUCTOR_CASES,
+                         ids=_case_ids([p.values for p in INDUCTOR_CASES]))
+def test_compiled_with_inductor_equals_eager(fresh_compiler, spelling, dtype, window):
+    """Default options (the rest of the graph through Inductor), 300 steps."""
     run_compiled(spelling, dtype, window, steps=3 * STEPS)
     check_counters(spelling)
 
@@ -196,7 +201,7 @@ def _explain_call(case, inputs):
     return case.fn, (case.state.clone(),), inputs
 
 
-@pytest.mark.parametrize("spelling", CORPUS, ids=_ids(CORPUS))
+@pytest.mark.parametrize("spelling", [_slow_unless(s.name in EXPLAIN_IN_CI, s) for s in CORPUS], ids=_ids(CORPUS))
 def test_explain_reports_site(fresh_compiler, spelling):
     g = torch.Generator().manual_seed(_seed())
     case = spelling.build(torch.float32, g)
@@ -233,19 +238,19 @@ def test_explain_reports_site(fresh_compiler, spelling):
 # ============================================================== options reach the backend
 def test_families_option_excludes_a_family(fresh_compiler):
     spelling = by_name("sgla_broadcast_sum")
-    run_compiled(spelling, torch.float32, 4, steps=30, options={"families": ["gated_deltanet"]})
+    run_compiled(spelling, torch.float32, 4, steps=30, options={**FAST, "families": ["gated_deltanet"]})
     assert replay_compile.counters["sites_rewritten"] == 0
     assert replay_compile.counters["sites_rejected"] >= 1
 
 
 def test_fuel_zero_rewrites_nothing(fresh_compiler):
-    run_compiled(by_name("gla_broadcast_sum"), torch.float32, 4, steps=30, options={"fuel": 0})
+    run_compiled(by_name("gla_broadcast_sum"), torch.float32, 4, steps=30, options={**FAST, "fuel": 0})
     assert replay_compile.counters["sites_rewritten"] == 0
 
 
 def test_strict_raises_on_a_decoy(fresh_compiler):
     case = by_name("decoy_tanh_state").build(torch.float32, torch.Generator().manual_seed(0))
-    compiled = torch.compile(case.fn, backend="replayssm", options={"strict": True})
+    compiled = torch.compile(case.fn, backend="replayssm", options={**FAST, "strict": True})
     with pytest.raises(Exception, match="(?i)reject|strict"):
         case.step(case.draw(torch.Generator().manual_seed(1)), fn=compiled)
 
