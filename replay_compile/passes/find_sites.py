@@ -30,6 +30,7 @@ to be the same values (structurally) as the update's, then reads ``beta`` and ``
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Optional
 
 import torch
@@ -173,11 +174,22 @@ def candidate_states(index: GraphIndex) -> list:
         if not isinstance(val, torch.Tensor) or val.dim() != 4 or not val.dtype.is_floating_point:
             continue
         mutated = index.final.get(n, n) is not n
-        dependents = index.reach(n) if not mutated else set()
-        returned = any(o in dependents and shape_of(o) == shape_of(n) for o in outs)
+        returned = not mutated and any(o in _state_sized_flow(index, n) and shape_of(o) == shape_of(n) for o in outs)
         if mutated or returned:
             found.append(n)
     return found
+
+
+def _state_sized_flow(index: GraphIndex, P: fx.Node) -> set:
+    """Nodes reached from ``P`` through values as large as ``P`` (a state flows; a slice of an input does not)."""
+    numel = lambda n: math.prod(shape_of(n) or (-1,))  # noqa: E731
+    seen, stack, size = set(), [P], numel(P)
+    while stack:
+        for u in index.users.get(stack.pop(), ()):
+            if u not in seen and numel(u) == size:
+                seen.add(u)
+                stack.append(u)
+    return seen
 
 
 def analyze(index: GraphIndex, P: fx.Node) -> Site:

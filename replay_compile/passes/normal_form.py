@@ -519,6 +519,10 @@ def factorize(node: fx.Node, labels: tuple, sizes: dict, depth: int = 0) -> tupl
                 p = _sub_factor(x, labels, sizes, depth)
                 out = poly_mul(out, _invert(p) if (name == "div" and i == 1) else p)
             return out
+        if name == "einsum":
+            return _factorize_einsum(node, labels, sizes, depth)
+        if name in ("matmul", "bmm", "__matmul__") and len(args) == 2:
+            return _factorize_outer_matmul(node, labels, sizes, depth)
         if name in VIEWS and isinstance(args[0], fx.Node):
             src = _view_source_labels(node, name, labels)
             if src is not None:
@@ -526,6 +530,35 @@ def factorize(node: fx.Node, labels: tuple, sizes: dict, depth: int = 0) -> tupl
     except Unsupported:
         return leaf
     return leaf
+
+
+def _factorize_einsum(node, labels, sizes, depth):
+    """An einsum without contraction (``bhk,bhv->bhkv``) is the product of its operands."""
+    eq, ops = node.args[0].replace(" ", ""), list(node.args[1:])
+    if len(ops) == 1 and isinstance(ops[0], (list, tuple)):
+        ops = list(ops[0])
+    lhs, arrow, out = eq.partition("->")
+    if not arrow or "." in eq or set(lhs.replace(",", "")) - set(out):
+        raise Unsupported("factor", "einsum with a contraction")
+    lab = dict(zip(out, labels))
+    poly = (Mono(1, ()),)
+    for spec, x in zip(lhs.split(","), ops):
+        shp = shape_of(x)
+        poly = poly_mul(poly, factorize(x, tuple(lab[c] if s != 1 else None for c, s in zip(spec, shp)),
+                                        sizes, depth + 1))
+    return poly
+
+
+def _factorize_outer_matmul(node, labels, sizes, depth):
+    """``a [.., n, 1] @ b [.., 1, p]`` is the product of ``a`` and ``b``."""
+    a, b = node.args
+    sa, sb = shape_of(a), shape_of(b)
+    if sa is None or sb is None or len(sa) < 2 or len(sb) < 2 or sa[-1] != 1 or sb[-2] != 1:
+        raise Unsupported("factor", "matmul with a contraction")
+    batch = labels[:-2]
+    la = tuple(l if s != 1 else None for l, s in zip(batch[len(batch) - (len(sa) - 2):] + (labels[-2], None), sa))
+    lb = tuple(l if s != 1 else None for l, s in zip(batch[len(batch) - (len(sb) - 2):] + (None, labels[-1]), sb))
+    return poly_mul(factorize(a, la, sizes, depth + 1), factorize(b, lb, sizes, depth + 1))
 
 
 def _sub_factor(x, labels, sizes, depth):

@@ -23,7 +23,7 @@ import torch.fx as fx
 
 from ..ops.registry import site_config
 from .find_sites import Rejected, Site
-from .normal_form import LABELS, exp_argument, op_name
+from .normal_form import LABELS, exp_argument, inplace_of, op_name
 
 _DIM = {a: i for i, a in enumerate(LABELS)}
 
@@ -107,18 +107,42 @@ def _leaf_nodes(step) -> list:
     return [f.node for f in leaves if f.node is not None]
 
 
-def plan_chunks(site: Site, pos: dict) -> list:
-    """Consecutive generations sharing one op (NOTE [op placement]): ``[(first, last, anchor_pos)]``."""
+def _early_users(site: Site, steps, anchor_pos: int, order) -> list:
+    """Descendants of ``steps``' reads placed before the op's anchor (moved after it), or None when
+    one is an input of the chunk or moving them past an in-place write would change their value."""
+    pos = {n: i for i, n in enumerate(order)}
+    leaves = {n for s in steps for n in _leaf_nodes(s)}
+    found, stack = set(), [r for s in steps for r, *_ in s.reads]
+    while stack:
+        for u in stack.pop().users:
+            if u not in found and pos[u] <= anchor_pos:
+                found.add(u)
+                stack.append(u)
+    if found & leaves:
+        return None
+    if found:
+        first = min(pos[n] for n in found)
+        if any(inplace_of(n) and n not in site.region for n in order[first:anchor_pos + 1]):
+            return None
+    return sorted(found, key=pos.get)
+
+
+def plan_chunks(site: Site, order: list) -> list:
+    """Consecutive generations sharing one op (NOTE [op placement]): ``[(first, last, anchor_pos, moved)]``."""
+    pos = {n: i for i, n in enumerate(order)}
+    anchor_of = lambda steps: max((pos[n] for s in steps for n in _leaf_nodes(s)), default=-1)  # noqa: E731
     chunks, start = [], 0
     while start < len(site.steps):
-        end, last = start, max((pos[n] for n in _leaf_nodes(site.steps[start])), default=-1)
+        end = start
+        moved = _early_users(site, site.steps[start:start + 1], anchor_of(site.steps[start:start + 1]), order)
+        if moved is None:
+            raise Rejected("read_order", "a step's own output feeds its inputs")
         while end + 1 < len(site.steps):
-            nxt = max(last, max((pos[n] for n in _leaf_nodes(site.steps[end + 1])), default=-1))
-            reads = [r for s in site.steps[start:end + 2] for r, *_ in s.reads]
-            if any(pos[u] <= nxt for r in reads for u in r.users):
+            more = _early_users(site, site.steps[start:end + 2], anchor_of(site.steps[start:end + 2]), order)
+            if more is None:
                 break
-            end, last = end + 1, nxt
-        chunks.append((start, end, last))
+            end, moved = end + 1, more
+        chunks.append((start, end, anchor_of(site.steps[start:end + 1]), moved))
         start = end + 1
     return chunks
 
@@ -127,8 +151,7 @@ def rewrite_site(gm: fx.GraphModule, site: Site, options) -> None:
     """Rewrite ``site`` in ``gm.graph`` in place (the site was found on this graph)."""
     g = gm.graph
     order = list(g.nodes)
-    pos = {n: i for i, n in enumerate(order)}
-    chunks = plan_chunks(site, pos)
+    chunks = plan_chunks(site, order)
     if options.speculative and len(chunks) > 1:
         raise Rejected("speculative_order", "a draft token's input depends on an earlier draft's output")
     K, V = site.key, ("c" if site.key == "r" else "r")
@@ -136,7 +159,7 @@ def rewrite_site(gm: fx.GraphModule, site: Site, options) -> None:
                       k_heads=site.sizes["h"], read_dtype=options.read_dtype,
                       stochastic_rounding=options.stochastic_rounding, kernels=options.kernels,
                       speculative=options.speculative)
-    for first, last, anchor_pos in chunks:
+    for first, last, anchor_pos, moved in chunks:
         anchor = order[anchor_pos + 1] if anchor_pos >= 0 else next(n for n in order if n.op != "placeholder")
         b = _Builder(g, anchor, site.placeholder)
         steps = site.steps[first:last + 1]
@@ -147,6 +170,8 @@ def rewrite_site(gm: fx.GraphModule, site: Site, options) -> None:
             o_t = b.call(torch.select, o, 1, t)
             for read, sign, outer, axes in s.reads:
                 _replace_read(b, read, o_t, sign, outer, axes, V)
+        for n in moved:
+            anchor.prepend(n)
     _remove_update(g, site)
 
 
