@@ -1,0 +1,259 @@
+"""``replayssm bench accuracy``: split-precision error against a float64 reference over long decodes.
+
+Every variant decodes the same random token stream as a float64 standard recurrence; we record the
+relative output error and the KL divergence of a proxy softmax head (a fixed random projection of the
+layer output to 512 logits) at log-spaced lengths. Half the heads have long memory (per-step decay in
+0.9999..0.99999), half short memory (0.97..0.99): long-memory heads are where precision matters.
+
+Variants: the fp32 standard recurrence; pure states stored in bf16 / fp8 / fp4 (re-quantized after
+every token, the error feeds back); the replay form with an fp32 checkpoint and a bf16 / fp8 / fp4 read
+copy (re-quantized from the checkpoint at flushes only); an fp16 checkpoint with round-to-nearest and
+with stochastic rounding.
+
+On CUDA the loop runs as CUDA-graph replays of ``--chunk`` tokens (inputs drawn inside the graph), so
+128K tokens take seconds, not minutes.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+
+import torch
+
+from ..families import get_family
+from ..families.base import Canonical, l2norm, standard_step
+from ..runtime import ReplayState, quant
+
+VOCAB = 512
+LONG = (math.log(0.9999), math.log(0.99999))
+SHORT = (math.log(0.97), math.log(0.99))
+SHAPES = {  # family: (Hv, Hk, K, V): real head sizes, few heads
+    "mamba2": (8, 1, 128, 64),
+    "gated_deltanet": (8, 2, 128, 128),
+    "kda": (8, 8, 128, 128),
+}
+PAIRS = (("bf16", "bf16 state", "ckpt fp32 + bf16 read"), ("fp8", "fp8 state", "ckpt fp32 + fp8 read"),
+         ("fp4", "fp4 state", "ckpt fp32 + fp4 read"))
+
+
+class StandardVariant:
+    """Standard recurrence whose state is stored in ``store`` (None: fp32) after every token."""
+
+    def __init__(self, state, delta, store=None):
+        self.delta, self.fmt = delta, quant.read_format(store)
+        self.S = state.float().clone()
+        self.parts = None if self.fmt is None else self.fmt.quantize(self.S)
+
+    def step(self, x):
+        S = self.S if self.fmt is None else self.fmt.dequantize(self.parts, self.S.shape[-1])
+        o, S = standard_step(S, x, delta=self.delta)
+        if self.fmt is None:
+            self.S.copy_(S)
+        else:
+            for k, v in self.fmt.quantize(S).items():
+                self.parts[k].copy_(v)
+        return o
+
+
+class ReplayVariant:
+    def __init__(self, state, family, window, Hk, read=None, ckpt=torch.float32, sr=False):
+        self.rs = ReplayState(state.to(ckpt).clone(), family, window, k_heads=Hk, read_dtype=read,
+                              stochastic_rounding=sr, seed=1234)
+
+    def step(self, x):
+        return self.rs.step(*x)
+
+
+def _inputs(fam, B, Hv, Hk, K, V, long_heads, gen, device):
+    """One token of canonical inputs: half the heads long-memory, half short (see module docstring)."""
+    r = lambda *s: torch.randn(*s, device=device, generator=gen)  # noqa: E731
+    lo = torch.tensor([LONG[0] if h < long_heads else SHORT[0] for h in range(Hv)], device=device)
+    hi = torch.tensor([LONG[1] if h < long_heads else SHORT[1] for h in range(Hv)], device=device)
+    shape = (B, Hv) if fam.decay == "scalar" else (B, Hv, K)
+    u = torch.rand(*shape, device=device, generator=gen)
+    bounds = (lo, hi) if fam.decay == "scalar" else (lo[:, None], hi[:, None])
+    log_a = bounds[0] + (bounds[1] - bounds[0]) * u
+    q, k, v = r(B, Hk, K), r(B, Hk, K), r(B, Hv, V)
+    if fam.delta:
+        q, k = l2norm(q) * K ** -0.5, l2norm(k)
+        beta = torch.rand(B, Hv, device=device, generator=gen) * 0.8 + 0.1
+        return Canonical(q, k, v, log_a, beta)
+    return Canonical(q * K ** -0.5, k * K ** -0.5, v, log_a, None)
+
+
+def _metrics(o, ref, W, groups):
+    """Per head group: relative error and KL(ref || o) of the proxy head, as a [2, G] tensor."""
+    out = []
+    for g, heads in enumerate(groups):
+        a, b = o[:, heads].double().flatten(1), ref[:, heads].flatten(1)
+        err = (a - b).norm() / b.norm()
+        rms = b.pow(2).mean().sqrt().clamp_min(1e-30)  # logits of the reference keep std ~3 as the state grows
+        lp, lq = torch.log_softmax(b @ W[g] / rms, -1), torch.log_softmax(a @ W[g] / rms, -1)
+        kl = (lp.exp() * (lp - lq)).sum(-1).mean()
+        out.append(torch.stack([err, kl]))
+    return torch.stack(out, 1).float()
+
+
+def run_family(name, args, device):
+    fam = get_family(name)
+    Hv, Hk, K, V = SHAPES[name] if not args.smoke else (4, 1, 16, 8)
+    B, long_heads = args.batch, Hv // 2
+    groups = [list(range(long_heads)), list(range(long_heads, Hv))]
+    torch.manual_seed(args.seed)  # CUDA graphs draw from the default generator
+    gen = None if device.type == "cuda" else torch.Generator().manual_seed(args.seed)
+    ref_S = torch.zeros(B, Hv, K, V, dtype=torch.float64, device=device)
+    variants = {"fp32 standard": StandardVariant(ref_S, fam.delta)}
+    for fmt, pure, split in PAIRS:
+        variants[pure] = StandardVariant(ref_S, fam.delta, fmt)
+        variants[split] = ReplayVariant(ref_S.float(), fam, args.window, Hk, read=fmt)
+    variants["ckpt fp16"] = ReplayVariant(ref_S.float(), fam, args.window, Hk, ckpt=torch.float16)
+    variants["ckpt fp16 + SR"] = ReplayVariant(ref_S.float(), fam, args.window, Hk, ckpt=torch.float16, sr=True)
+    # proxy head: a fixed projection of each head group's outputs to VOCAB logits
+    W = torch.randn(2, long_heads * V, VOCAB, dtype=torch.float64, device=device, generator=gen)
+    W *= 3.0 / math.sqrt(long_heads * V)
+
+    def one_token(t_out):
+        x = _inputs(fam, B, Hv, Hk, K, V, long_heads, gen, device)
+        o_ref, new_ref = standard_step(ref_S, Canonical(*(None if f is None else f.double() for f in x)),
+                                       delta=fam.delta)
+        ref_S.copy_(new_ref)  # in place: a CUDA graph replays on fixed addresses
+        for i, var in enumerate(variants.values()):
+            t_out[i].copy_(_metrics(var.step(x), o_ref, W, groups))
+
+    chunk = args.chunk if device.type == "cuda" else 1
+    hist = torch.zeros(args.steps // chunk * chunk, len(variants), 2, 2, device=device)
+    buf = torch.zeros(chunk, len(variants), 2, 2, device=device)
+    run_chunk = lambda: [one_token(buf[c]) for c in range(chunk)]  # noqa: E731
+    if device.type == "cuda":
+        run_chunk()  # warm up (compiles kernels) outside the graph
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            run_chunk()
+        run_chunk = graph.replay
+    start = time.perf_counter()
+    for c in range(hist.shape[0] // chunk):
+        run_chunk()
+        hist[c * chunk:(c + 1) * chunk].copy_(buf)
+        if args.progress and c % max(1, hist.shape[0] // chunk // 10) == 0:
+            print(f"  {name}: {c * chunk:>7}/{hist.shape[0]} tokens", flush=True)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    elapsed = time.perf_counter() - start
+    if args.progress:
+        print(f"  {name}: {hist.shape[0]} tokens in {elapsed:.1f} s")
+    return _summarize(hist.cpu(), list(variants), args), elapsed
+
+
+def _checkpoints(steps, first):
+    pts, t = [], first
+    while t <= steps:
+        pts.append(t)
+        t *= 2
+    return pts
+
+
+def _summarize(hist, names, args):
+    """Mean error / KL over the last ``args.avg`` tokens before each log-spaced length."""
+    out = {}
+    for i, name in enumerate(names):
+        out[name] = {}
+        for g, group in enumerate(("long", "short")):
+            out[name][group] = {t: {"err": float(hist[t - args.avg:t, i, 0, g].mean()),
+                                    "kl": float(hist[t - args.avg:t, i, 1, g].mean())}
+                                for t in _checkpoints(hist.shape[0], args.first)}
+    return out
+
+
+def _targets(name, res, fam):
+    """The issue's targets on long-memory heads, as (description, value, ok) rows."""
+    long = {v: res[v]["long"] for v in res}
+    ts = sorted(next(iter(long.values())))
+    first, last = ts[0], ts[-1]
+    rows = []
+    for split in ("ckpt fp32 + bf16 read", "ckpt fp32 + fp8 read", "ckpt fp32 + fp4 read"):
+        ratio = long[split][last]["err"] / long[split][first]["err"]
+        rows.append((f"{split}: err {last} / err {first} <= 1.5", ratio, ratio <= 1.5))
+    late = [t for t in ts if t >= 65536] or [last]
+    for fmt, pure, split in PAIRS:
+        gain = min(long[pure][t]["kl"] / max(long[split][t]["kl"], 1e-30) for t in late)
+        rows.append((f"KL {pure} / KL {split} at >= {late[0]} >= 20", gain, gain >= 20))
+    if fam.decay == "scalar" and not fam.delta:
+        kl = long["ckpt fp32 + fp4 read"][last]["kl"]
+        rows.append((f"fp4 read copy KL at {last} <= 0.05", kl, kl <= 0.05))
+    return rows
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="replayssm bench accuracy", description=__doc__.splitlines()[0])
+    p.add_argument("--families", default="mamba2,gated_deltanet,kda")
+    p.add_argument("--steps", type=int, default=131072)
+    p.add_argument("--window", type=int, default=16)
+    p.add_argument("--batch", type=int, default=2)
+    p.add_argument("--chunk", type=int, default=64, help="tokens per CUDA-graph replay")
+    p.add_argument("--first", type=int, default=1024, help="first reported length (then doubling)")
+    p.add_argument("--avg", type=int, default=64, help="tokens averaged before each reported length")
+    p.add_argument("--smoke", action="store_true", help="tiny heads, few steps: a CPU check of the harness")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="accuracy.json")
+    p.add_argument("--plot", default=None, help="write a log-log PNG of error against tokens (needs matplotlib)")
+    p.add_argument("--no-progress", dest="progress", action="store_false")
+    args = p.parse_args(argv)
+    if args.smoke:
+        args.steps, args.first, args.avg, args.window = min(args.steps, 64), 16, 8, 4
+    device = torch.device(args.device)
+    results, report = {}, {"args": vars(args), "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+                           "shapes": SHAPES, "families": {}}
+    all_ok = True
+    for name in args.families.split(","):
+        res, secs = run_family(name, args, device)
+        results[name] = res
+        targets = _targets(name, res, get_family(name))
+        report["families"][name] = {"results": res, "seconds": secs,
+                                    "targets": [dict(check=c, value=v, ok=ok) for c, v, ok in targets]}
+        _print_family(name, res, targets)
+        all_ok &= all(ok for *_, ok in targets)
+    with open(args.out, "w") as f:
+        json.dump(report, f, indent=1)
+    print(f"\nwrote {args.out}")
+    if args.plot:
+        _plot(results, args.plot)
+    return 0 if all_ok or args.smoke else 1
+
+
+def _print_family(name, res, targets):
+    ts = sorted(next(iter(res.values()))["long"])
+    show = [ts[0], ts[len(ts) // 2], ts[-1]]
+    print(f"\n{name}: long-memory heads (short-memory in brackets), relative output error | proxy-head KL")
+    head = f"{'variant':<24}" + "".join(f"{'err@' + str(t):>20}" for t in show) + "".join(
+        f"{'KL@' + str(t):>20}" for t in show)
+    print(head + "\n" + "-" * len(head))
+    for var, by in res.items():
+        cells = [f"{by['long'][t]['err']:.2e} ({by['short'][t]['err']:.1e})" for t in show]
+        cells += [f"{by['long'][t]['kl']:.2e} ({by['short'][t]['kl']:.1e})" for t in show]
+        print(f"{var:<24}" + "".join(f"{c:>20}" for c in cells))
+    for check, value, ok in targets:
+        print(f"  [{'ok' if ok else 'MISS'}] {check}: {value:.3g}")
+
+
+def _plot(results, path):
+    import matplotlib  # noqa: PLC0415  (optional dependency: the `plot` extra)
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    fig, axes = plt.subplots(1, len(results), figsize=(6 * len(results), 4.5), squeeze=False)
+    for ax, (name, res) in zip(axes[0], results.items()):
+        for var, by in res.items():
+            ts = sorted(by["long"])
+            ax.loglog(ts, [by["long"][t]["err"] for t in ts], marker="o", ms=3, label=var)
+        ax.set_title(f"{name}: long-memory heads")
+        ax.set_xlabel("tokens")
+        ax.set_ylabel("relative output error vs float64")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"wrote {path}")

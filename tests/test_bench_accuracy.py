@@ -1,0 +1,17 @@
+"""The accuracy benchmark's harness runs end to end on the CPU (tiny heads, few tokens)."""
+import json
+
+from replay_compile.bench import accuracy
+
+
+def test_accuracy_smoke(tmp_path):
+    out = tmp_path / "acc.json"
+    assert accuracy.main(["--smoke", "--families", "mamba2", "--out", str(out), "--no-progress"]) == 0
+    rep = json.loads(out.read_text())
+    res = rep["families"]["mamba2"]["results"]
+    assert set(res) == {"fp32 standard", "bf16 state", "fp8 state", "fp4 state", "ckpt fp32 + bf16 read",
+                        "ckpt fp32 + fp8 read", "ckpt fp32 + fp4 read", "ckpt fp16", "ckpt fp16 + SR"}
+    errs = {v: res[v]["long"]["64"]["err"] for v in res}
+    assert errs["fp32 standard"] < 1e-5 < errs["bf16 state"]  # fp32 tracks float64; bf16 storage does not
+    assert errs["ckpt fp32 + fp8 read"] < errs["fp8 state"]
+    assert rep["families"]["mamba2"]["targets"]
