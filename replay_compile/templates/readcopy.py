@@ -62,16 +62,15 @@ def load_read_tile(data, row_scale, block_scale, head_off, rows, cols, mask_rc, 
         nb: tl.constexpr = CP // 16
         blk = tl.arange(0, BC // 16)
         b = tl.load(block_scale + head_off * R * nb + rows[:, None] * nb + blk[None, :],
-                    mask=rmask[:, None] & (blk < nb)[None, :], other=0).to(tl.float32)
+                    mask=rmask[:, None] & (blk < nb)[None, :]).to(tl.float32)
         s = tl.load(row_scale + head_off * R + rows, mask=rmask, other=1.0)
         bs = b * s[:, None]
-        val = tl.reshape(tl.reshape(val, (BR, BC // 16, 16)) * bs[:, :, None], (BR, BC))
-        phys = tl.where(mask_rc, val, 0.0)
+        phys = tl.reshape(tl.reshape(val, (BR, BC // 16, 16)) * bs[:, :, None], (BR, BC))
     else:
-        phys = tl.load(data + head_off * R * C + rows[:, None] * C + cols[None, :], mask=mask_rc & use,
-                       other=0).to(tl.float32)
+        phys = tl.load(data + head_off * R * C + rows[:, None] * C + cols[None, :], mask=mask_rc & use).to(tl.float32)
         if READ == 2:
             phys = phys * tl.load(row_scale + head_off * R + rows, mask=rmask, other=1.0)[:, None]
+    phys = tl.where(mask_rc, phys, 0.0)  # masked lanes of fp8 loads are undefined (no fp8 "other")
     return _to_physical(phys, LAYOUT_KV).to(CD)
 
 

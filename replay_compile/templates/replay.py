@@ -93,27 +93,33 @@ def _fold(S, G, KWp, Up, DECAY: tl.constexpr, USE_DOT: tl.constexpr):
 
 @triton.jit
 def _fold_raw(S, rk, rla, rv, rbeta, xk, xla, xv, xbeta, n_ring, n_new, offs_k, mask_k, offs_v, mask_v,
-              KS: tl.constexpr, LS: tl.constexpr, US: tl.constexpr, BS: tl.constexpr,
+              KS: tl.constexpr, LS: tl.constexpr, US: tl.constexpr, BS: tl.constexpr, L: tl.constexpr,
               DECAY: tl.constexpr, CD: tl.constexpr):
-    """The true delta recurrence over raw records ``(log_a, k, v, beta)``, from the exact checkpoint ``S``."""
-    for i in range(0, n_ring + n_new):
+    """The true delta recurrence over raw records ``(log_a, k, v, beta)``, from the exact checkpoint ``S``.
+
+    Runs ``L`` predicated iterations (records past ``n_ring + n_new`` leave ``S`` unchanged): the trip
+    count stays a compile-time constant (the interpreter cannot loop to a device value).
+    """
+    for i in range(0, L):
         ring = i < n_ring
+        new = (i >= n_ring) & (i < n_ring + n_new)
         t = i - n_ring
         k_i = tl.where(ring, tl.load(rk + i * KS + offs_k, mask=mask_k & ring, other=0.0).to(CD),
-                       tl.load(xk + t * KS + offs_k, mask=mask_k & ~ring, other=0.0).to(CD))
+                       tl.load(xk + t * KS + offs_k, mask=mask_k & new, other=0.0).to(CD))
         v_i = tl.where(ring, tl.load(rv + i * US + offs_v, mask=mask_v & ring, other=0.0).to(CD),
-                       tl.load(xv + t * US + offs_v, mask=mask_v & ~ring, other=0.0).to(CD))
+                       tl.load(xv + t * US + offs_v, mask=mask_v & new, other=0.0).to(CD))
         beta_i = tl.where(ring, tl.load(rbeta + i * BS, mask=ring, other=0.0).to(CD),
-                          tl.load(xbeta + t * BS, mask=~ring, other=0.0).to(CD))
+                          tl.load(xbeta + t * BS, mask=new, other=0.0).to(CD))
+        S_i = S
         if DECAY == 1:
-            S = S * tl.exp(tl.where(ring, tl.load(rla + i * LS, mask=ring, other=0.0).to(CD),
-                                    tl.load(xla + t * LS, mask=~ring, other=0.0).to(CD)))
+            S_i = S * tl.exp(tl.where(ring, tl.load(rla + i * LS, mask=ring, other=0.0).to(CD),
+                                      tl.load(xla + t * LS, mask=new, other=0.0).to(CD)))
         elif DECAY == 2:
             g = tl.where(ring, tl.load(rla + i * LS + offs_k, mask=mask_k & ring, other=0.0).to(CD),
-                         tl.load(xla + t * LS + offs_k, mask=mask_k & ~ring, other=0.0).to(CD))
-            S = S * tl.exp(g)[:, None]
-        u = beta_i * (v_i - tl.sum(S * k_i[:, None], 0))
-        S = S + k_i[:, None] * u[None, :]
+                         tl.load(xla + t * LS + offs_k, mask=mask_k & new, other=0.0).to(CD))
+            S_i = S * tl.exp(g)[:, None]
+        u = beta_i * (v_i - tl.sum(S_i * k_i[:, None], 0))
+        S = tl.where(ring | new, S_i + k_i[:, None] * u[None, :], S)
     return S
 
 
@@ -196,7 +202,7 @@ def replay_kernel(
     if pre:  # fold the committed records first (their ring positions are about to be reused)
         if RAW:
             exact = _fold_raw(exact, rk, rla, rv, rbeta, xk, xla, xv, xbeta, c, 0, offs_k, mask_k, cols_v, mask_v,
-                              KS, LS, US, HV, DECAY, CD)
+                              KS, LS, US, HV, L, DECAY, CD)
         else:
             oKW = _gather(rk, xk, KS, j, c, 0, offs_k, mask_k, CD)
             oU = _gather(ru, xv, US, j, c, 0, cols_v, mask_v, CD)
@@ -263,7 +269,7 @@ def replay_kernel(
     if post:  # post rows read the exact checkpoint: base == exact
         if RAW:
             new = _fold_raw(exact, rk, rla, rv, rbeta, xk, xla, xv, xbeta, count0, T, offs_k, mask_k, cols_v,
-                            mask_v, KS, LS, US, HV, DECAY, CD)
+                            mask_v, KS, LS, US, HV, L, DECAY, CD)
         else:
             n = count0 + T
             G, KWp = _decayed_keys(KW, LA, LN, j, n - 1, DECAY)

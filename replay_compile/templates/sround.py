@@ -56,6 +56,6 @@ def stochastic_round(x, seed, offset, MANT: tl.constexpr, EMIN: tl.constexpr):
     down = tl.floor(scaled)
     up = (u < scaled - down).to(tl.float32)
     rounded = _scale_pow2(down + up, e - MANT)
-    negative = x.to(tl.int32, bitcast=True) < 0
-    signed = tl.where(negative, -rounded, rounded)
+    sign = x.to(tl.int32, bitcast=True) & -2147483648  # copysign: keeps -0.0 (negation is 0 - x in Triton)
+    signed = (rounded.to(tl.int32, bitcast=True) | sign).to(tl.float32, bitcast=True)
     return tl.where(mag < float("inf"), signed, x)

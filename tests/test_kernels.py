@@ -1,0 +1,223 @@
+"""The Triton replay kernels against the plain-torch reference (and float64 math) on tiny shapes.
+
+Under the interpreter (CPU CI) every template variant runs: decay kind x delta rule, both layouts,
+grouped heads, odd head dims, windows L >= 1, verify lengths T, padding rows, per-row phases, read
+copies, stochastic rounding, commit with random acceptance, materialize and reset. Outputs are
+poisoned (NaN) before each kernel runs, and ring positions past the committed count hold NaN, so an
+unwritten output or a stale record read as live fails. ``gpu`` tests repeat the checks at real shapes
+and capture a decode loop in a CUDA graph.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+from replay_compile.families import get_family
+from replay_compile.families.base import Canonical, kv_view
+from replay_compile.runtime import rounding, triton_impl
+from replay_compile.runtime.state import ReplayState
+from replay_compile.templates.sround import SR_FORMATS, slot_seed, stochastic_round
+from replay_compile.testing import StandardPool, poisoned_like, random_canonical, rel_rms
+
+from conftest import DEVICE
+
+
+
+@triton.jit
+def _round_kernel(x, y, seed, slot, flush, N: tl.constexpr, MANT: tl.constexpr, EMIN: tl.constexpr):
+    i = tl.arange(0, N)
+    r = stochastic_round(tl.load(x + i), slot_seed(seed, slot, flush), i, MANT, EMIN)
+    tl.store(y + i, r)
+
+
+FAMILIES = ["mamba2", "simple_gla", "gla", "deltanet", "gated_deltanet", "kda"]
+
+
+class Pair:
+    """The same pool driven through the torch reference and the Triton kernels, compared after each call."""
+
+    def __init__(self, family, *, B, H, Hk, K, V, L, layout="kv", dtype=torch.float32, read=None, sr=False,
+                 generator, long_memory=False, device=DEVICE):
+        self.f, self.g, self.dims, self.dev, self.long = get_family(family), generator, (H, K, V, Hk), device, long_memory
+        self.dtype = dtype
+        _, st = random_canonical(self.f, B, H, K, V, Hk, dtype=torch.float32, generator=generator, layout=layout)
+        st = st.to(dtype).to(device)
+        kw = dict(layout=layout, k_heads=Hk, read_dtype=read, stochastic_rounding=sr, seed=1234)
+        self.ref = ReplayState(st.clone(), self.f, L, kernels="torch", **kw)
+        self.tri = ReplayState(st.clone(), self.f, L, kernels="triton", **kw)
+        for buf in self.tri.ring.values():  # garbage past every count must never be read
+            buf.fill_(float("nan"))
+        self.worst = 0.0
+
+    def inputs(self, B, T=None):
+        H, K, V, Hk = self.dims
+        x, _ = random_canonical(self.f, B, H, K, V, Hk, tokens=T, dtype=torch.float32, generator=self.g,
+                                long_memory=self.long)
+        return Canonical(*(None if t is None else t.to(self.dev) for t in x))
+
+    def _out(self, x, slots, commit, force_flush=False):
+        B, T = x.q.shape[:2]
+        if self.tri.read is not None:  # both read the same copy (rounding of the copy is checked on its own)
+            for name, part in self.tri.read.items():
+                self.ref.read[name].copy_(part)
+        o_ref = self.ref.impl.advance(self.ref, x, slots, commit=commit, force_flush=force_flush)
+        out = poisoned_like(torch.empty(B, T, self.tri.num_heads, self.tri.head_v, dtype=self.tri.compute_dtype,
+                                        device=self.dev))
+        o_tri = triton_impl.advance_into(self.tri, x, slots, out, commit=commit, force_flush=force_flush)
+        return o_ref, o_tri
+
+    def step(self, slots=None, B=None, force_flush=False):
+        x = self.inputs(B or (self.tri.num_slots if slots is None else slots.shape[0]), T=1)
+        self.check(*self._out(x, slots, True, force_flush), "step")
+
+    def verify_commit(self, T, slots=None, B=None):
+        B = B or (self.tri.num_slots if slots is None else slots.shape[0])
+        x = self.inputs(B, T=T)
+        self.check(*self._out(x, slots, False), f"verify T={T}")
+        n = torch.randint(0, T + 1, (B,), generator=self.g).to(self.dev)
+        self.ref.impl.commit(self.ref, n, slots)
+        triton_impl.commit(self.tri, n, slots)
+        self.check(None, None, "commit")
+
+    def check(self, o_ref, o_tri, what):
+        tol = 1e-5
+        if o_ref is not None:
+            e = rel_rms(o_tri, o_ref)
+            self.worst = max(self.worst, e)
+            assert e < tol, f"{what}: output rel err {e:.2e}"
+        assert torch.equal(self.tri.count, self.ref.count), f"{what}: count {self.tri.count} vs {self.ref.count}"
+        assert torch.equal(self.tri.flushes, self.ref.flushes), f"{what}: flushes"
+        assert torch.equal(self.tri.nonfinite, self.ref.nonfinite), f"{what}: nonfinite"
+        e = rel_rms(self.tri.state.float(), self.ref.state.float())
+        if self.tri.stochastic_rounding:
+            assert torch.equal(self.tri.state.view(torch.int16), self.ref.state.view(torch.int16)), f"{what}: SR bits"
+        else:
+            assert e <= (1e-6 if self.tri.state.dtype == torch.float32 else 1e-2), f"{what}: checkpoint rel err {e:.2e}"
+        if self.tri.read_format is not None:  # the copy is the quantized checkpoint; the interpreter truncates
+            # fp32 -> bf16/fp16 casts and rounds fp8 differently, the GPU must match torch exactly
+            fmt, C = self.tri.read_format, self.tri.state.shape[-1]
+            want = fmt.dequantize(fmt.quantize(self.tri.state.float()), C)
+            e = rel_rms(fmt.dequantize(self.tri.read, C), want)
+            cpu_tol = {"bf16": 1e-2, "fp16": 1e-3, "fp8": 0.1, "fp4": 0.25}[fmt.name]
+            assert e <= (0.0 if DEVICE == "cuda" else cpu_tol), f"{what}: read copy {e:.2e}"
+            if "row_scale" in self.tri.read:
+                assert torch.equal(self.tri.read["row_scale"], fmt.quantize(self.tri.state.float())["row_scale"])
+        live = torch.arange(self.tri.window, device=self.dev)[None, :] < self.ref.count[:, None].long()
+        for name, buf in self.tri.ring.items():
+            m = live.view(*live.shape, *[1] * (buf.dim() - 2)).expand_as(buf)
+            e = rel_rms(buf[m], self.ref.ring[name][m]) if m.any() else 0.0
+            assert e < tol, f"{what}: ring {name} rel err {e:.2e}"
+
+
+# one layout per family in CI (each decay kind x delta rule meets both layouts across the list)
+CI_LAYOUT = {"mamba2": "vk", "simple_gla": "kv", "gla": "kv", "deltanet": "vk", "gated_deltanet": "kv", "kda": "vk"}
+DIMS = {"kv": (4, 2, 5, 3, 3), "vk": (2, 2, 4, 6, 5)}  # H, Hk, K, V, L: grouped heads, odd dims
+
+
+def _random_sequence(family, layout, seed):
+    """Step / verify / commit / materialize / reset crossing flushes, with padding and per-row phases."""
+    g = torch.Generator().manual_seed(seed)
+    H, Hk, K, V, L = DIMS[layout]
+    p = Pair(family, B=3, H=H, Hk=Hk, K=K, V=V, L=L, layout=layout, generator=g)
+    slots = torch.tensor([2, -1, 0, 1], device=DEVICE)  # a padding row, rows out of slot order
+    p.step()
+    p.step(slots=slots[:3])  # slot 1 is skipped: phases diverge
+    for _ in range(L - 1):
+        p.step(slots=slots)
+    p.verify_commit(T=2, slots=slots)
+    p.verify_commit(T=L)
+    p.step(force_flush=True)
+    for impl, rs in ((p.ref.impl, p.ref), (triton_impl, p.tri)):
+        impl.materialize(rs, torch.tensor([0, 2], device=DEVICE))
+    p.check(None, None, "materialize")
+    p.ref.reset([1])
+    p.tri.reset([1])
+    p.step(slots=slots)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_steps_and_verify_match_reference(family):
+    _random_sequence(family, CI_LAYOUT[family], seed=FAMILIES.index(family))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", FAMILIES)
+def test_steps_and_verify_match_reference_other_layout(family):
+    _random_sequence(family, "vk" if CI_LAYOUT[family] == "kv" else "kv", seed=10 + FAMILIES.index(family))
+
+
+def test_window_one_and_float64_against_standard():
+    """L = 1 is the standard recurrence; float64 replay equals float64 standard decoding to ~1e-13."""
+    g = torch.Generator().manual_seed(7)
+    for family, L in (("gated_deltanet", 1), ("kda", 4), ("mamba2", 3)):
+        f = get_family(family)
+        x0, st = random_canonical(f, 2, 2, 3, 4, 1, dtype=torch.float64, generator=g)
+        tri = ReplayState(st.clone().to(DEVICE), f, L, k_heads=1, kernels="triton")
+        pool = StandardPool(st.clone(), f, "kv")
+        for t in range(2 * L + 1):
+            x, _ = random_canonical(f, 2, 2, 3, 4, 1, dtype=torch.float64, generator=g, tokens=min(2, L) if t % 2 else None)
+            if t % 2:
+                o_std = pool.verify(x)
+                o = tri.verify(*(None if v is None else v.to(DEVICE) for v in x))
+                pool.commit(1)
+                tri.commit(1)
+            else:
+                o_std = pool.step(x)
+                o = tri.step(*(None if v is None else v.to(DEVICE) for v in x))
+            assert rel_rms(o, o_std) < 1e-12, (family, t)
+        tri.materialize()
+        assert rel_rms(tri.state, pool.state) < 1e-12
+
+
+@pytest.mark.parametrize("read,family,layout", [("bf16", "gated_deltanet", "kv"), ("fp8", "mamba2", "kv"),
+                                                 ("fp8", "gla", "vk"), ("fp4", "kda", "vk")])
+def test_read_copies(read, family, layout):
+    """Non-flush rows read the quantized copy, flush rows the exact checkpoint and re-quantize it;
+    delta-rule folds replay raw records."""
+    g = torch.Generator().manual_seed(3)
+    small = 16 if read == "fp4" else 4  # e2m1 blocks run along 16 columns
+    p = Pair(family, B=2, H=2, Hk=1, K=small, V=small + 1, L=3, layout=layout, read=read, generator=g)
+    for _ in range(3):
+        p.step()
+    p.verify_commit(T=2)
+    p.step()
+
+
+def test_read_fp16_and_stochastic_rounding_bit_exact():
+    """bf16/fp16 checkpoints with stochastic rounding: the flush writes equal rounding.py bit for bit."""
+    g = torch.Generator().manual_seed(5)
+    for ckpt, read, layout in ((torch.bfloat16, "fp16", "kv"), (torch.float16, None, "vk")):
+        p = Pair("gated_deltanet", B=2, H=2, Hk=2, K=3, V=5, L=2, layout=layout, dtype=ckpt, read=read, sr=True,
+                 generator=g)
+        for _ in range(5):
+            p.step()
+
+
+def test_stochastic_round_kernel_matches_reference_on_edge_values():
+    """Subnormals, ties, signed zeros, huge and non-finite values round exactly as rounding.py does."""
+    special = torch.tensor([0.0, -0.0, 1e-40, -3e-39, 1e-45, 6e-8, 3.3e38, -3.39e38, float("inf"), float("-inf"),
+                            float("nan"), 1.0, -1.5, 65504.0, 65520.0, 1e-5])
+    x = torch.cat([special, torch.randn(48, generator=torch.Generator().manual_seed(1)) * 10.0]).to(DEVICE)
+    for dtype in (torch.bfloat16, torch.float16):
+        mant, emin = SR_FORMATS[str(dtype).removeprefix("torch.")]
+        y = torch.empty_like(x)
+        _round_kernel[(1,)](x, y, 99, 3, 5, N=x.numel(), MANT=mant, EMIN=emin)
+        seed = rounding.slot_seed(99, torch.tensor([3]), torch.tensor([5])).to(DEVICE)
+        ref = rounding.stochastic_round(x[None], dtype, seed)[0]
+        got = y.to(dtype)
+        assert torch.equal(got.view(torch.int16), ref.view(torch.int16)), (dtype, x[got.view(torch.int16) != ref.view(torch.int16)])
+
+
+def test_nonfinite_inputs_flag_only_their_slot():
+    g = torch.Generator().manual_seed(11)
+    p = Pair("mamba2", B=3, H=2, Hk=1, K=4, V=3, L=2, generator=g)
+    x = p.inputs(3, T=1)
+    v = x.v.clone()
+    v[1, 0, 1, 2] = float("nan")
+    x = x._replace(v=v)
+    o_ref, o_tri = p._out(x, None, True)
+    assert torch.equal(p.tri.nonfinite, torch.tensor([False, True, False], device=DEVICE))
+    assert torch.equal(p.tri.nonfinite, p.ref.nonfinite)
+    assert rel_rms(o_tri[[0, 2]], o_ref[[0, 2]]) < 1e-5
