@@ -1,0 +1,281 @@
+"""The replayssm backend end to end on the CPU: detection, rewrite, exactness against eager, reports.
+
+Shapes are tiny and most compiles skip Inductor (``inductor=False``) to keep CI fast; one test runs
+the rest of the graph through Inductor. Every check compares with eager PyTorch on fresh random
+inputs, over enough steps to cross several flushes.
+"""
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import replay_compile
+from replay_compile import get_family
+from replay_compile.ops import registry, scoped_registry
+from replay_compile.testing import rel_rms
+
+FAST = dict(inductor=False)
+SHAPE = dict(batch=2, heads=4, head_k=5, head_v=3, k_heads=2)
+
+
+@pytest.fixture(autouse=True)
+def _fresh():
+    torch._dynamo.reset()
+    replay_compile.reset_counters()
+    with scoped_registry():
+        yield
+
+
+class Layer(torch.nn.Module):
+    """A decode layer holding its state as a buffer, stepped with the family's native spelling."""
+
+    def __init__(self, family, layout, state):
+        super().__init__()
+        self.family, self.layout = family, layout
+        self.register_buffer("state", state.clone())
+
+    def forward(self, native):
+        y, new = self.family.native_step(self.state, layout=self.layout, **native)
+        self.state.copy_(new)
+        return y
+
+
+def _decode_vs_eager(make_layer, draw, steps, options, tol):
+    compiled_layer, eager_layer = make_layer(), make_layer()
+    step = torch.compile(compiled_layer, backend="replayssm", options=options)
+    worst = 0.0
+    for _ in range(steps):
+        native = draw()
+        worst = max(worst, rel_rms(step(native), eager_layer(native)))
+    replay_compile.materialize(compiled_layer)
+    return worst, rel_rms(compiled_layer.state, eager_layer.state), compiled_layer
+
+
+@pytest.mark.parametrize("layout", ["kv", "vk"])
+@pytest.mark.parametrize("name", ["simple_gla", "gla", "deltanet", "gated_deltanet", "kda", "mamba2"])
+def test_families_in_place_buffer_match_eager(name, layout):
+    fam = get_family(name)
+    g = torch.Generator().manual_seed(hash((name, layout)) % 2**31)
+    _, state = fam.make_inputs(**SHAPE, dtype=torch.float32, generator=g, layout=layout)
+    draw = lambda: fam.make_inputs(**SHAPE, dtype=torch.float32, generator=g, layout=layout)[0]  # noqa: E731
+    worst, state_err, layer = _decode_vs_eager(lambda: Layer(fam, layout, state), draw, steps=30,
+                                               options=dict(FAST, window=4), tol=1e-5)
+    assert worst <= 1e-5 and state_err <= 1e-5, (worst, state_err)
+    assert replay_compile.counters["sites_rewritten"] == 1
+    rewritten = [k for k in replay_compile.counters if k.startswith("rewrite:")]
+    assert [get_family(k.split(":")[1]).template for k in rewritten] == [fam.template]
+    rs = registry.find(layer.state)
+    assert rs is not None and bool((rs.flushes > 0).all()), "the ring never flushed: replay was not used"
+
+
+def _scalar_inputs(B, H, K, V, T=None, dtype=torch.float32):
+    shp = (B,) if T is None else (B, T)
+    return (torch.randn(*shp, H, K, dtype=dtype), torch.randn(*shp, H, K, dtype=dtype),
+            torch.randn(*shp, H, V, dtype=dtype), -torch.rand(*shp, H, dtype=dtype) * 0.3)
+
+
+def einsum_step(S, q, k, v, g):
+    S = S * torch.exp(g)[..., None, None] + torch.einsum("bhk,bhv->bhkv", k, v)
+    return torch.einsum("zyxw,zyx->zyw", S, q), S
+
+
+def matmul_step(S, q, k, v, g):
+    S = torch.exp(g).unsqueeze(-1).unsqueeze(-1) * S + k.unsqueeze(-1) @ v.unsqueeze(-2)
+    return (q.unsqueeze(-2) @ S).squeeze(-2), S
+
+
+def unrolled(S, q, k, v, g):
+    outs = []
+    for t in range(q.shape[1]):
+        S = S * g[:, t].exp()[..., None, None] + k[:, t, :, :, None] * v[:, t, :, None, :]
+        outs.append((S.transpose(-1, -2) @ q[:, t, ..., None]).squeeze(-1))
+    return torch.stack(outs, 1), S
+
+
+@pytest.mark.parametrize("fn,T", [(einsum_step, None), (matmul_step, None), (unrolled, 3)])
+@pytest.mark.parametrize("window", [1, 4])
+def test_returned_state_spellings(fn, T, window):
+    step = torch.compile(fn, backend="replayssm", options=dict(FAST, window=window))
+    S = torch.randn(3, 2, 4, 5)
+    S_ref = S.clone()
+    for _ in range(12):
+        x = _scalar_inputs(3, 2, 4, 5, T)
+        o, S = step(S, *x)
+        o_ref, S_ref = fn(S_ref, *x)
+        assert rel_rms(o, o_ref) <= 1e-5
+    replay_compile.materialize(S)
+    assert rel_rms(S, S_ref) <= 1e-5
+    assert replay_compile.counters["sites_rewritten"] == 1
+    assert replay_compile.explain(fn, S.clone(), *x, options=FAST).sites[0].tokens == (T or 1)
+
+
+def test_speculative_commit_keeps_accepted_drafts():
+    T = 3
+    step = torch.compile(unrolled, backend="replayssm", options=dict(FAST, window=8, speculative=True))
+    S = torch.randn(2, 2, 4, 5)
+    S_ref = S.clone()
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(10):
+        x = _scalar_inputs(2, 2, 4, 5, T)
+        o, S = step(S, *x)
+        n = torch.randint(0, T + 1, (2,), generator=gen)
+        replay_compile.commit(S, n)
+        for b in range(2):  # eager reference: run only the accepted drafts of row b
+            xb = tuple(t[b:b + 1] for t in x)
+            o_ref, S_new = unrolled(S_ref[b:b + 1], *xb)
+            assert rel_rms(o[b:b + 1], o_ref) <= 1e-5
+            if n[b]:
+                _, S_acc = unrolled(S_ref[b:b + 1], *(t[:, :int(n[b])] for t in xb))
+                S_ref[b:b + 1] = S_acc
+    replay_compile.materialize(S)
+    assert rel_rms(S, S_ref) <= 1e-5
+
+
+def test_float64_state_is_exact_to_float64_rounding():
+    step = torch.compile(einsum_step, backend="replayssm", options=dict(FAST, window=4))
+    S = torch.randn(2, 3, 4, 5, dtype=torch.float64)
+    S_ref = S.clone()
+    for _ in range(10):
+        x = _scalar_inputs(2, 3, 4, 5, dtype=torch.float64)
+        o, S = step(S, *x)
+        o_ref, S_ref = einsum_step(S_ref, *x)
+        assert rel_rms(o, o_ref) <= 1e-12
+    assert replay_compile.counters["sites_rewritten"] == 1
+
+
+# ------------------------------------------------------------------------------------- decoys
+def nonlinear(S, q, k, v, g):
+    S = torch.tanh(S * g.exp()[..., None, None] + k[..., None] * v[..., None, :])
+    return torch.einsum("bhkv,bhk->bhv", S, q), S
+
+
+def other_consumer(S, q, k, v, g):
+    S = S * g.exp()[..., None, None] + k[..., None] * v[..., None, :]
+    return torch.einsum("bhkv,bhk->bhv", S, q) + S.sum((-1, -2))[..., None], S
+
+
+def dense_transition(S, q, k, v, g):
+    M = torch.eye(S.shape[-2]) * 0.9 + 0.01
+    S = torch.einsum("ij,bhjv->bhiv", M, S) + k[..., None] * v[..., None, :]
+    return torch.einsum("bhkv,bhk->bhv", S, q), S
+
+
+def overwritten(S, q, k, v, g):  # written in place without reading the old value
+    S.copy_(k[..., None] * v[..., None, :] * g.exp()[..., None, None])
+    return torch.einsum("bhkv,bhk->bhv", S, q), S
+
+
+def read_before_update(S, q, k, v, g):
+    o = torch.einsum("bhkv,bhk->bhv", S, q)
+    return o, S * g.exp()[..., None, None] + k[..., None] * v[..., None, :]
+
+
+def wrong_delta(S, q, k, v, g):  # correction read with q instead of k: not a delta rule
+    S = S * g.exp()[..., None, None]
+    u = v - torch.einsum("bhkv,bhk->bhv", S, q)
+    S = S + k[..., None] * u[..., None, :]
+    return torch.einsum("bhkv,bhk->bhv", S, q), S
+
+
+@pytest.mark.parametrize("fn,code", [(nonlinear, "unsupported_op"), (other_consumer, "other_use"),
+                                     (dense_transition, None), (overwritten, "no_update"),
+                                     (read_before_update, "read_old_state"), (wrong_delta, "delta")])
+def test_decoys_are_left_alone_and_stay_correct(fn, code):
+    step = torch.compile(fn, backend="replayssm", options=FAST)
+    S = torch.randn(2, 3, 4, 4)
+    S_ref = S.clone()
+    for _ in range(5):
+        x = _scalar_inputs(2, 3, 4, 4)
+        o, S = step(S, *x)
+        o_ref, S_ref = fn(S_ref, *x)
+        assert rel_rms(o, o_ref) <= 1e-6 and rel_rms(S, S_ref) <= 1e-6
+    assert replay_compile.counters["sites_rewritten"] == 0
+    assert replay_compile.counters["sites_rejected"] >= 1
+    report = replay_compile.explain(fn, S, *x, options=FAST)
+    assert report.rejected and not report.sites
+    if code is not None:
+        assert report.rejected[0].code == code, report.rejected
+
+
+# ------------------------------------------------------------------------- reports and options
+def test_explain_reports_and_leaves_fn_untouched():
+    fam = get_family("gated_deltanet")
+    g = torch.Generator().manual_seed(3)
+    native, state = fam.make_inputs(**SHAPE, dtype=torch.float32, generator=g, layout="kv")
+    layer = Layer(fam, "kv", state)
+    report = replay_compile.explain(layer, native, options=dict(window=8))
+    assert torch.equal(layer.state, state), "explain changed the module's state"
+    (site,) = report.sites
+    assert (site.family, site.state_shape, site.layout, site.window, site.tokens) == \
+        ("gated_deltanet", (2, 4, 5, 3), "kv", 8, 1)
+    assert site.checkpoint_dtype == "float32" and site.read_dtype is None and "torch" in site.kernel
+    text = str(report)
+    assert "before" in text and "after" in text and "replay_compile.advance" in text
+    assert not registry.managed_states()
+
+
+def test_fuel_families_and_strict():
+    S, x = torch.randn(2, 3, 4, 5), _scalar_inputs(2, 3, 4, 5)
+    assert not replay_compile.explain(einsum_step, S, *x, options=dict(fuel=0)).sites
+    assert replay_compile.explain(einsum_step, S, *x, options=dict(fuel=0)).rejected[0].code == "fuel"
+    rej = replay_compile.explain(einsum_step, S, *x, options=dict(families=["gla"])).rejected
+    assert rej[0].code == "family_disabled"
+    with pytest.raises(Exception, match="strict"):
+        torch.compile(nonlinear, backend="replayssm", options=dict(FAST, strict=True))(S, *x)
+
+
+def test_bad_options_fail_loudly():
+    with pytest.raises(Exception, match="windw"):
+        torch.compile(einsum_step, backend="replayssm", options={"windw": 8})(torch.randn(2, 3, 4, 5),
+                                                                             *_scalar_inputs(2, 3, 4, 5))
+
+
+def test_other_graph_sees_exact_state_and_reload_after_write():
+    fam = get_family("simple_gla")
+    g = torch.Generator().manual_seed(5)
+    native, state = fam.make_inputs(**SHAPE, dtype=torch.float32, generator=g, layout="kv")
+    layer, ref = Layer(fam, "kv", state), Layer(fam, "kv", state)
+    step = torch.compile(layer, backend="replayssm", options=dict(FAST, window=8))
+    peek = torch.compile(lambda m: m.state * 2.0, backend="replayssm", options=FAST)
+    halve = torch.compile(lambda m: m.state.mul_(0.5), backend="replayssm", options=FAST)
+    for t in range(11):
+        native = fam.make_inputs(**SHAPE, dtype=torch.float32, generator=g, layout="kv")[0]
+        assert rel_rms(step(native), ref(native)) <= 1e-5
+        if t % 3 == 1:
+            assert rel_rms(peek(layer), ref.state * 2.0) <= 1e-5
+        if t % 4 == 2:
+            halve(layer)
+            ref.state.mul_(0.5)
+
+
+def test_inductor_compiles_the_rest():
+    fam = get_family("gated_deltanet")
+    g = torch.Generator().manual_seed(7)
+    _, state = fam.make_inputs(**SHAPE, dtype=torch.float32, generator=g, layout="kv")
+    draw = lambda: fam.make_inputs(**SHAPE, dtype=torch.float32, generator=g, layout="kv")[0]  # noqa: E731
+    worst, state_err, _ = _decode_vs_eager(lambda: Layer(fam, "kv", state), draw, steps=10,
+                                           options=dict(window=4), tol=1e-5)
+    assert worst <= 1e-5 and state_err <= 1e-5
+    assert replay_compile.counters["rewrite:gated_deltanet"] == 1
+
+
+def test_advance_op_passes_opcheck():
+    cfg = registry.site_config(family="gated_deltanet", window=4, layout="kv", k_heads=2, read_dtype=None,
+                               stochastic_rounding=False, kernels="auto", speculative=False)
+    args = (torch.randn(2, 4, 5, 3), torch.randn(2, 3, 2, 5), torch.randn(2, 3, 2, 5), torch.randn(2, 3, 4, 3),
+            -torch.rand(2, 3, 4), torch.rand(2, 3, 4), cfg)
+    torch.library.opcheck(torch.ops.replay_compile.advance.default, args)
+
+
+def test_entry_point_in_a_fresh_process():
+    code = ("import torch\n"
+            "f = torch.compile(lambda S, k, v: S + k[..., None] * v[..., None, :], backend='replayssm',"
+            " options={'inductor': False})\n"
+            "print(f(torch.zeros(2, 1, 3, 4), torch.ones(2, 1, 3), torch.ones(2, 1, 4)).sum().item())\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().endswith("24.0")
+
+
+
