@@ -77,6 +77,22 @@ def test_standard_steps_follow_the_scan(name, layout):
     assert rel_rms(state, s_ref) < TOL
 
 
+def test_standard_step_without_slots_and_int32_slots():
+    """slots=None addresses rows 0..B-1 of a larger pool; int32 slot tensors work like int64."""
+    fam = get_family("gated_deltanet")
+    x, _ = _draw("gated_deltanet", 2, 2, 4, 3, 1, "vk")
+    _, pool = _draw("gated_deltanet", 4, 2, 4, 3, 1, "vk")
+    o_ref, s_ref = reference_step(pool[:2].clone(), x, delta=True, layout="vk")
+    for slots in (None, torch.tensor([0, 1], dtype=torch.int32, device=DEVICE)):
+        state = pool.to(device=DEVICE, dtype=torch.float32)
+        state[2:] = float("nan")
+        o = _kernel_step(state, _to(x), fam, "vk", slots=slots)
+        assert rel_rms(o, o_ref) < TOL and rel_rms(state[:2], s_ref) < TOL
+        assert torch.isnan(state[2:]).all()
+    with pytest.raises(ValueError, match="pass slots"):
+        _kernel_step(pool[:1].float(), _to(x, device="cpu"), fam, "vk")
+
+
 @pytest.mark.parametrize("state_dtype", [torch.float64, torch.bfloat16])
 def test_standard_step_state_dtypes(state_dtype):
     """fp64 states compute in fp64; a bf16 state is read and written in bf16 around fp32 arithmetic."""
@@ -140,7 +156,7 @@ def test_snapshot_padding_rows_touch_nothing():
     fam = get_family("gated_deltanet")
     B, T = 2, 2
     xs, s0 = _draw("gated_deltanet", B, 2, 4, 3, 2, "kv", tokens=T)
-    table = torch.tensor([[0, 1, 2], [-1, 4, 5]], device=DEVICE)
+    table = torch.tensor([[0, 1, 2], [-1, 4, 5]], dtype=torch.int32, device=DEVICE)
     states = torch.full((6, *s0.shape[1:]), float("nan"), device=DEVICE)
     states[0] = s0[0].to(DEVICE, torch.float32)
     o = snapshot_verify(states, *_to(xs), table=table, delta=True, decay="scalar", layout="kv")

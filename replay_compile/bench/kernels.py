@@ -583,8 +583,9 @@ def format_tables(results: dict) -> str:
              "| shape | B | L | read | ours us | std us | fla us | eager us | compile us | ours %bw | std %bw "
              "| ours floor us | std floor us | best std / ours |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    def pct(c, nbytes):
+        return "n/a" if not c or not c.get("us") or not nbytes else f"{100 * nbytes / c['us'] / 1e3 / copy:.0f}%"
     for r in results["step"]:
-        pct = lambda c, b: "n/a" if not c or not c.get("us") or not b else f"{100 * b / c['us'] / 1e3 / copy:.0f}%"  # noqa: E731
         lines.append(
             f"| {r['shape']} | {r['batch']} | {r['L'] or '-'} | {r['read'] or '-'} | {_us(r['ours'])} "
             f"| {_us(r.get('standard'))} | {_us(r.get('fla'))} | {_us(r.get('eager'))} | {_us(r.get('compile'))} "

@@ -23,7 +23,8 @@ from .standard import _launch
 def snapshot_verify(states: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                     log_a: Optional[torch.Tensor] = None, beta: Optional[torch.Tensor] = None, *,
                     table: torch.Tensor, delta: bool, decay: str, layout: str,
-                    out: Optional[torch.Tensor] = None, block_v: Optional[int] = None, num_warps: Optional[int] = None) -> torch.Tensor:
+                    out: Optional[torch.Tensor] = None, block_v: Optional[int] = None,
+                    num_warps: Optional[int] = None) -> torch.Tensor:
     """Outputs of ``T`` draft tokens per row, one state snapshot per token.
 
     Args:
@@ -38,8 +39,9 @@ def snapshot_verify(states: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: t
     T = q.shape[1]
     if table.dim() != 2 or table.shape != (q.shape[0], 1 + T):
         raise ValueError(f"table must be [B, 1 + T] = [{q.shape[0]}, {1 + T}], got {tuple(table.shape)}")
-    table = table.to(dtype=torch.int64).contiguous()
-    return _launch(states, q, k, v, log_a, beta, table[:, 0].contiguous(), table[:, 1:], delta=delta, decay=decay,
+    if table.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"table must hold int32/int64 slot indices, got {table.dtype}")
+    return _launch(states, q, k, v, log_a, beta, table[:, 0], table[:, 1:], delta=delta, decay=decay,
                    layout=layout, store_every_token=True, out=out, block_v=block_v, num_warps=num_warps)
 
 

@@ -16,6 +16,8 @@ The same kernel runs ``T`` tokens per row with the tile in registers; the snapsh
 Row ``b`` reads the state at slot ``src[b]`` and writes it back to ``dst[b, j]``. A slot of ``-1`` marks
 a padding row: it reads nothing, writes no state and outputs zeros (its inputs may hold garbage,
 even NaN). ``standard_step`` passes ``dst = src`` (update in place); snapshots pass ``T`` columns.
+Without slot tables (``src = dst = None``) row ``b`` is slot ``b``: no index tensor is built, which
+keeps a small-batch step at one kernel launch.
 Slot indices are int64 so slot offsets into large pools cannot overflow 32-bit arithmetic.
 """
 from __future__ import annotations
@@ -32,8 +34,8 @@ _DECAY_CODE = {"none": 0, "scalar": 1, "channel": 2}
 @triton.jit
 def _recurrent_decode_kernel(
     state, q, k, v, log_a, beta, o, src, dst,
-    stride_sn, stride_sh, stride_sk, stride_sv, stride_dst,
-    T: tl.constexpr, HV: tl.constexpr, GROUP: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+    stride_sn, stride_sh, stride_sk, stride_sv, stride_src, stride_dst,
+    ROW_IS_SLOT: tl.constexpr, T: tl.constexpr, HV: tl.constexpr, GROUP: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BK: tl.constexpr, BV: tl.constexpr,
     DECAY: tl.constexpr, DELTA: tl.constexpr, STORE_EVERY_TOKEN: tl.constexpr,
 ):
@@ -55,7 +57,10 @@ def _recurrent_decode_kernel(
     tile = offs_k[:, None] * stride_sk + offs_v[None, :] * stride_sv
     mask_tile = mask_k[:, None] & mask_v[None, :]
 
-    slot = tl.load(src + i_b)
+    if ROW_IS_SLOT:
+        slot = i_b
+    else:
+        slot = tl.load(src + i_b * stride_src).to(tl.int64)
     live = slot >= 0
     head = state + i_h * stride_sh
     S = tl.load(head + tl.maximum(slot, 0) * stride_sn + tile, mask=mask_tile & live, other=0).to(CD)
@@ -77,11 +82,11 @@ def _recurrent_decode_kernel(
         b_o = tl.sum(S * b_q[:, None], axis=0)
         tl.store(o + (tok * HV + i_h) * V + offs_v, tl.where(live, b_o, 0.0), mask=mask_v)
         if STORE_EVERY_TOKEN:
-            out_slot = tl.load(dst + i_b * stride_dst + t)
+            out_slot = slot if ROW_IS_SLOT else tl.load(dst + i_b * stride_dst + t).to(tl.int64)
             tl.store(head + tl.maximum(out_slot, 0) * stride_sn + tile, S.to(state.dtype.element_ty),
                      mask=mask_tile & live & (out_slot >= 0))
     if not STORE_EVERY_TOKEN:
-        out_slot = tl.load(dst + i_b * stride_dst)
+        out_slot = slot if ROW_IS_SLOT else tl.load(dst + i_b * stride_dst).to(tl.int64)
         tl.store(head + tl.maximum(out_slot, 0) * stride_sn + tile, S.to(state.dtype.element_ty),
                  mask=mask_tile & live & (out_slot >= 0))
 
@@ -119,6 +124,8 @@ def _launch(state, q, k, v, log_a, beta, src, dst, *, delta, decay, layout, stor
             out=None, block_v=None, num_warps=None):
     """Run the kernel over ``B`` rows of ``T`` tokens (inputs ``[B, T, ...]``); returns ``o [B, T, Hv, V]``.
 
+    ``src [B]`` / ``dst [B, J]`` are integer slot tables (any strides), or both None (row b is slot b).
+
     ``out`` (optional, contiguous ``[B, T, Hv, V]`` in the compute dtype) receives the outputs.
     """
     if decay not in _DECAY_CODE:
@@ -131,6 +138,8 @@ def _launch(state, q, k, v, log_a, beta, src, dst, *, delta, decay, layout, stor
     Hv, V = v.shape[2], v.shape[3]
     if Hv % Hk:
         raise ValueError(f"{Hv} value heads is not a multiple of {Hk} key heads")
+    if src is None and B > state.shape[0]:
+        raise ValueError(f"{B} rows but the state has {state.shape[0]} slots: pass slots")
     stride_sk, stride_sv = (state.stride(2), state.stride(3)) if layout == "kv" else (state.stride(3), state.stride(2))
     cd = torch.float64 if state.dtype == torch.float64 else torch.float32
     o = torch.empty(B, T, Hv, V, dtype=cd, device=state.device) if out is None else out
@@ -142,25 +151,20 @@ def _launch(state, q, k, v, log_a, beta, src, dst, *, delta, decay, layout, stor
     grid = (B * Hv, triton.cdiv(V, BV))
     _recurrent_decode_kernel[grid](
         state, contig(q), contig(k), contig(v), contig(log_a), contig(beta), o, src, dst,
-        state.stride(0), state.stride(1), stride_sk, stride_sv, dst.stride(0),
-        T=T, HV=Hv, GROUP=Hv // Hk, K=K, V=V, BK=BK, BV=BV,
+        state.stride(0), state.stride(1), stride_sk, stride_sv,
+        0 if src is None else src.stride(0), 0 if dst is None else dst.stride(0),
+        ROW_IS_SLOT=src is None, T=T, HV=Hv, GROUP=Hv // Hk, K=K, V=V, BK=BK, BV=BV,
         DECAY=_DECAY_CODE[decay], DELTA=delta, STORE_EVERY_TOKEN=store_every_token,
         num_warps=num_warps or default_num_warps(BK, BV),
     )
     return o
 
 
-def row_slots(slots: Optional[torch.Tensor], batch: int, device) -> torch.Tensor:
-    """Slot of each row as int64 ``[B]`` (``None``: row b is slot b)."""
-    if slots is None:
-        return torch.arange(batch, dtype=torch.int64, device=device)
-    return slots.to(device=device, dtype=torch.int64).contiguous()
-
-
 def standard_step(state: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                   log_a: Optional[torch.Tensor] = None, beta: Optional[torch.Tensor] = None, *,
                   delta: bool, decay: str, layout: str, slots: Optional[torch.Tensor] = None,
-                  out: Optional[torch.Tensor] = None, block_v: Optional[int] = None, num_warps: Optional[int] = None) -> torch.Tensor:
+                  out: Optional[torch.Tensor] = None, block_v: Optional[int] = None,
+                  num_warps: Optional[int] = None) -> torch.Tensor:
     """One decode token per row with the standard recurrence, state updated in place.
 
     Args:
@@ -176,10 +180,9 @@ def standard_step(state: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
     Returns:
         ``o [B, Hv, V]`` in fp32 (fp64 for fp64 states).
     """
-    B = q.shape[0]
-    src = row_slots(slots, B, state.device)
+    src = None if slots is None else slots.to(state.device)
     add_t = lambda t: None if t is None else t[:, None]  # noqa: E731
-    o = _launch(state, add_t(q), add_t(k), add_t(v), add_t(log_a), add_t(beta), src, src[:, None],
-                delta=delta, decay=decay, layout=layout, store_every_token=False,
-                out=None if out is None else out[:, None], block_v=block_v, num_warps=num_warps)
+    o = _launch(state, add_t(q), add_t(k), add_t(v), add_t(log_a), add_t(beta), src, add_t(src),
+                delta=delta, decay=decay, layout=layout, store_every_token=False, out=add_t(out),
+                block_v=block_v, num_warps=num_warps)
     return o[:, 0]
