@@ -27,8 +27,9 @@ import torch  # noqa: E402
 import torch._dynamo  # noqa: E402
 
 import replay_compile  # noqa: E402
-from compiler.spellings import CORPUS, by_name, decoys, positives  # noqa: E402
+from compiler.spellings import BATCH, CORPUS, by_name, decoys, positives  # noqa: E402
 from replay_compile.families import families, get_family  # noqa: E402
+from replay_compile.options import ReplayOptions  # noqa: E402
 from replay_compile.testing import rel_rms  # noqa: E402
 
 STEPS = 100
@@ -39,7 +40,7 @@ WINDOWS = (1, 4, 16)
 CI_WINDOW = 4
 FAST = {"inductor": False}
 FULL_IN_CI = ("sgla_broadcast_sum", "gdn_transformers_grouped", "decoy_tanh_state")  # all L x dtypes
-INDUCTOR_IN_CI = ("mamba2_transformers_buffer", "kda_grouped_expand_vk_inplace")
+INDUCTOR_IN_CI = ("mamba2_transformers_buffer",)
 EXPLAIN_IN_CI = ("sgla_broadcast_sum", "sgla_vk_matmul_inplace", "sgla_python_loop_T3", "retnet_fixed_decay_buffer",
                  "gla_broadcast_sum", "deltanet_matmul_vk_inplace", "gdn_transformers_grouped",
                  "gdn_python_loop_T3_buffer", "kda_grouped_expand_vk_inplace", "mamba2_transformers_buffer",
@@ -130,13 +131,21 @@ def _clone_inputs(inputs: dict) -> dict:
     return {n: x.clone() for n, x in inputs.items()}
 
 
-def run_compiled(spelling, dtype, window, steps=STEPS, options=None):
-    """Step eager and compiled twins with the same fresh inputs; check outputs and materialized states."""
+def run_compiled(spelling, dtype, window, steps=STEPS, options=None, *, device="cpu", batch=BATCH, mode=None):
+    """Step eager and compiled twins with the same fresh inputs; check outputs and materialized states.
+
+    ``mode`` (e.g. "reduce-overhead") goes to ``torch.compile``, which then takes no options: the
+    window is the default one.
+    """
     seed = _seed()
     g = torch.Generator().manual_seed(seed)
-    eager = spelling.build(dtype, g)
+    eager = spelling.build(dtype, g, batch).to(device)
     comp = eager.twin()
-    compiled = torch.compile(comp.fn, backend="replayssm", options={"window": window, **(options or {})})
+    if mode is None:
+        compiled = torch.compile(comp.fn, backend="replayssm", options={"window": window, **(options or {})})
+    else:
+        compiled = torch.compile(comp.fn, backend="replayssm", mode=mode)
+        window = ReplayOptions.defaults().window
     tol = TOL[dtype]
     for step in range(steps):
         inputs = eager.draw(g)
@@ -277,7 +286,7 @@ FRESH_PROCESS = textwrap.dedent("""
 
     S = torch.randn(3, 4, 5, 3)
     S_eager = S.clone()
-    f = torch.compile(step, backend="replayssm", options={"window": 4})
+    f = torch.compile(step, backend="replayssm", options={"window": 4, "inductor": False})
     for _ in range(10):
         q, k, g = torch.randn(3, 4, 5), torch.randn(3, 4, 5), -torch.rand(3, 4) * 0.5
         v = torch.randn(3, 4, 3)
@@ -299,3 +308,27 @@ def test_backend_found_without_import_in_fresh_process():
         env.setdefault("TRITON_INTERPRET", "1")
     r = subprocess.run([sys.executable, "-c", FRESH_PROCESS], capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0 and "OK" in r.stdout, r.stderr[-4000:]
+
+
+# ===================================================================== GPU (H200): Triton + CUDA graphs
+GPU_BATCH = 9  # above the cost model's small-batch cut-off, odd
+CUDAGRAPH_SPELLINGS = ("sgla_broadcast_sum", "sgla_vk_matmul_inplace", "retnet_fixed_decay_buffer", "gla_broadcast_sum",
+                       "gdn_transformers_grouped", "kda_grouped_expand_vk_inplace", "mamba2_transformers_buffer",
+                       "decoy_tanh_state")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("spelling", CORPUS, ids=_ids(CORPUS))
+def test_gpu_triton_kernels(fresh_compiler, spelling):
+    """Every spelling with the Triton kernels on the GPU, at a batch the cost model would refuse."""
+    run_compiled(spelling, torch.float32, CI_WINDOW, options={**FAST, "kernels": "triton", "min_batch": 1},
+                 device="cuda")
+    check_counters(spelling)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("spelling", [by_name(n) for n in CUDAGRAPH_SPELLINGS], ids=CUDAGRAPH_SPELLINGS)
+def test_gpu_cudagraphs(fresh_compiler, spelling):
+    """mode="reduce-overhead": CUDA graphs over the replay op, Inductor for the rest, default options."""
+    run_compiled(spelling, torch.float32, None, steps=3 * STEPS, device="cuda", batch=GPU_BATCH, mode="reduce-overhead")
+    check_counters(spelling)

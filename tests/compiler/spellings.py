@@ -68,6 +68,14 @@ class Case:
             return fn(self.state, **inputs)
         return fn(**inputs)
 
+    def to(self, device) -> "Case":
+        """The case on ``device``: state, module and every drawn input moved there."""
+        draw = self.draw
+        return dataclasses.replace(
+            self, fn=self.fn.to(device) if self.mode == "buffer" else self.fn,
+            state=None if self.state is None else self.state.to(device),
+            draw=lambda g: {n: x.to(device) for n, x in draw(g).items()})
+
     def twin(self) -> "Case":
         """An independent copy in the same state (for running compiled next to eager)."""
         fn = copy.deepcopy(self.fn) if self.mode == "buffer" else self.fn
@@ -78,7 +86,7 @@ class Case:
 @dataclasses.dataclass(frozen=True)
 class Spelling:
     name: str
-    build: Callable[[torch.dtype, torch.Generator], Case]
+    build: Callable[..., Case]            # (dtype, generator, batch=BATCH) -> Case
     mode: str
     family: Optional[str] = None          # expected family (decoys: None)
     layout: Optional[str] = None          # "kv" | "vk"
@@ -186,9 +194,9 @@ def qk_spelling(name, family, fn, *, mode, layout="kv", grouped=False, tokens=1,
     """
     fam = get_family(family)
 
-    def build(dtype, gen):
+    def build(dtype, gen, batch=BATCH):
         def draw_native(g):
-            return fam.make_inputs(BATCH, HEADS, HEAD_K, HEAD_V, K_HEADS if grouped else None, dtype=dtype,
+            return fam.make_inputs(batch, HEADS, HEAD_K, HEAD_V, K_HEADS if grouped else None, dtype=dtype,
                                    generator=g, layout=layout, tokens=_tokens_arg(tokens))
 
         _, state = draw_native(gen)
@@ -660,9 +668,9 @@ def mamba2_spelling(name, fn, *, mode, layout="vk", groups=K_HEADS, tokens=1, ke
     """A Mamba-2 spelling; ``keys``: which native inputs ``fn`` takes per call (others are parameters)."""
     fam = get_family("mamba2")
 
-    def build(dtype, gen):
+    def build(dtype, gen, batch=BATCH):
         def draw_native(g):
-            return fam.make_inputs(BATCH, HEADS, HEAD_K, HEAD_V, groups, dtype=dtype, generator=g, layout=layout,
+            return fam.make_inputs(batch, HEADS, HEAD_K, HEAD_V, groups, dtype=dtype, generator=g, layout=layout,
                                    tokens=_tokens_arg(tokens))
 
         first, state = draw_native(gen)
@@ -752,15 +760,15 @@ mamba2_spelling("mamba2_kv_state_inplace", mamba2_kv_inplace, mode="inplace", la
 
 # ----------------------------------------------------------------------------------------- decoys
 def decoy(name, fn, *, mode="returned", rewrite=False, rejected=True, extra=None, state_attr="state", why):
-    """A decoy over simple_gla-like inputs ``q, k, v, g`` (``extra(dtype, gen)``: more inputs)."""
+    """A decoy over simple_gla-like inputs ``q, k, v, g`` (``extra(batch, dtype, gen)``: more inputs)."""
     fam = get_family("simple_gla")
 
-    def build(dtype, gen):
+    def build(dtype, gen, batch=BATCH):
         def draw(g):
-            native, _ = fam.make_inputs(BATCH, HEADS, HEAD_K, HEAD_V, dtype=dtype, generator=g)
-            return {**native, **(extra(dtype, g) if extra else {})}
+            native, _ = fam.make_inputs(batch, HEADS, HEAD_K, HEAD_V, dtype=dtype, generator=g)
+            return {**native, **(extra(batch, dtype, g) if extra else {})}
 
-        _, state = fam.make_inputs(BATCH, HEADS, HEAD_K, HEAD_V, dtype=dtype, generator=gen)
+        _, state = fam.make_inputs(batch, HEADS, HEAD_K, HEAD_V, dtype=dtype, generator=gen)
         if mode == "buffer":
             return Case(fn(state), mode, None, draw, state_attr=state_attr)
         return Case(fn, mode, state, draw)
@@ -790,7 +798,7 @@ def decoy_dense(S, q, k, v, g, M):
 
 
 decoy("decoy_dense_transition", decoy_dense, why="S' = M @ S with a dense input-dependent M",
-      extra=lambda dtype, g: {"M": _inputs.draw((BATCH, HEADS, HEAD_K, HEAD_K), dtype, g, scale=0.4 / math.sqrt(HEAD_K))})
+      extra=lambda batch, dtype, g: {"M": _inputs.draw((batch, HEADS, HEAD_K, HEAD_K), dtype, g, scale=0.4 / math.sqrt(HEAD_K))})
 
 
 def decoy_overwrite(S, q, k, v, g):
@@ -855,7 +863,7 @@ def decoy_full_decay(S, q, k, v, g, G):
 
 
 decoy("decoy_elementwise_decay", decoy_full_decay, why="one decay per state element: no family has it",
-      extra=lambda dtype, g: {"G": _inputs.log_decay((BATCH, HEADS, HEAD_K, HEAD_V), dtype, g, False)})
+      extra=lambda batch, dtype, g: {"G": _inputs.log_decay((batch, HEADS, HEAD_K, HEAD_V), dtype, g, False)})
 
 
 class _Memory(nn.Module):
