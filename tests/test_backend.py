@@ -279,3 +279,41 @@ def test_entry_point_in_a_fresh_process():
 
 
 
+
+
+# ---------------------------------------------------------------------------- user families
+def _user_gla(S, q, k, v, a):  # layout "vk", per-key-channel decay factor
+    S = S * a[..., None, :] + v[..., :, None] * k[..., None, :]
+    return (S @ q[..., None])[..., 0], S
+
+
+def _not_linear(S, q, k, v):
+    S = torch.tanh(S + k[..., :, None] * v[..., None, :])
+    return torch.einsum("bhkv,bhk->bhv", S, q), S
+
+
+def test_user_family_from_step_function_end_to_end():
+    from replay_compile.families import registry as fam_registry
+    fam = replay_compile.register_family("test_user_gla", _user_gla, layout="vk", replace=True,
+                                         roles=dict(state="S", q="q", k="k", v="v", decay="a"))
+    assert (fam.decay, fam.delta) == ("channel", False)
+    try:
+        step = torch.compile(_user_gla, backend="replayssm", options=dict(FAST, window=3, families=["test_user_gla"]))
+        g = torch.Generator().manual_seed(11)
+        _, S = fam.make_inputs(2, 3, 4, 5, dtype=torch.float32, generator=g, layout="vk")
+        S_ref = S.clone()
+        for _ in range(10):
+            native, _ = fam.make_inputs(2, 3, 4, 5, dtype=torch.float32, generator=g, layout="vk")
+            o, S = step(S, **native)
+            o_ref, S_ref = _user_gla(S_ref, **native)
+            assert rel_rms(o, o_ref) <= 1e-5
+        assert replay_compile.counters["rewrite:test_user_gla"] == 1
+    finally:
+        fam_registry._FAMILIES.pop("test_user_gla", None)
+
+
+def test_user_family_that_fits_no_template_is_refused():
+    with pytest.raises(replay_compile.FamilyError, match="maps onto no kernel template"):
+        replay_compile.register_family("test_tanh", _not_linear, roles=dict(state="S", q="q", k="k", v="v"))
+    with pytest.raises(replay_compile.FamilyError, match="roles"):
+        replay_compile.register_family("test_roles", _not_linear, roles=dict(state="S", q="q"))
