@@ -317,3 +317,19 @@ def test_user_family_that_fits_no_template_is_refused():
         replay_compile.register_family("test_tanh", _not_linear, roles=dict(state="S", q="q", k="k", v="v"))
     with pytest.raises(replay_compile.FamilyError, match="roles"):
         replay_compile.register_family("test_roles", _not_linear, roles=dict(state="S", q="q"))
+
+
+def test_inspect_cli(tmp_path, capsys):
+    from replay_compile import inspect_cli
+    src = tmp_path / "model.py"
+    src.write_text(
+        "import torch\n"
+        "def step(S, q, k, v, g):\n"
+        "    S = S * torch.exp(g)[..., None, None] + torch.einsum('bhk,bhv->bhkv', k, v)\n"
+        "    return torch.einsum('bhkv,bhk->bhv', S, q), S\n"
+        "def step_inputs():\n"
+        "    return (torch.randn(2, 3, 4, 5), torch.randn(2, 3, 4), torch.randn(2, 3, 4), torch.randn(2, 3, 5),\n"
+        "            -torch.rand(2, 3))\n")
+    assert inspect_cli.main([f"{src}:step", "--options", '{"window": 8}']) == 0
+    out = capsys.readouterr().out
+    assert "1 site(s) rewritten" in out and "L=8" in out and "S" in out.splitlines()[1]

@@ -155,7 +155,8 @@ class Site:
 def source_name(node: fx.Node) -> str:
     ga = node.meta.get("grapharg")
     try:
-        return ga.source.name() if ga is not None else node.name
+        name = ga.source.name
+        return name() if callable(name) else str(name)
     except Exception:  # noqa: BLE001  (source naming is best effort)
         return node.name
 
