@@ -428,8 +428,8 @@ def parse_args(argv):
                    help="CUDA: time CUDA-graph replays (default) or direct calls, both with do_bench")
     p.add_argument("--replay-kernels", choices=("triton", "torch"), help="ReplayState kernels for 'ours' "
                    "(default: triton on CUDA, torch reference otherwise)")
-    p.add_argument("--warmup-ms", type=int, default=25)
-    p.add_argument("--rep-ms", type=int, default=100)
+    p.add_argument("--warmup-ms", type=int, help="do_bench warm-up per row (default 25 ms; 10 with --quick)")
+    p.add_argument("--rep-ms", type=int, help="do_bench measuring time per row (default 100 ms; 40 with --quick)")
     p.add_argument("--copy-gb", type=float, default=4.0, help="size of the bandwidth-reference copy")
     p.add_argument("--out", default="bench_kernels.json", help="JSON results path")
     args = p.parse_args(argv)
@@ -437,6 +437,8 @@ def parse_args(argv):
     for key in ("batch", "window", "read", "verify"):
         if getattr(args, key) is None:
             setattr(args, key, preset[key])
+    args.warmup_ms = args.warmup_ms or (10 if args.quick else 25)
+    args.rep_ms = args.rep_ms or (40 if args.quick else 100)
     args.verify = [t for t in args.verify if t > 0]
     args.device = "cuda" if torch.cuda.is_available() and not args.smoke else "cpu"
     args.replay_kernels = args.replay_kernels or ("triton" if args.device == "cuda" else "torch")
