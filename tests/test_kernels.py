@@ -221,3 +221,74 @@ def test_nonfinite_inputs_flag_only_their_slot():
     assert torch.equal(p.tri.nonfinite, torch.tensor([False, True, False], device=DEVICE))
     assert torch.equal(p.tri.nonfinite, p.ref.nonfinite)
     assert rel_rms(o_tri[[0, 2]], o_ref[[0, 2]]) < 1e-5
+
+
+# ----------------------------------------------------------------------------------------------- GPU
+REAL = {  # family, Hv, Hk, K, V, layout (REPLAYSSM.md section 5)
+    "nemotron3-super-mamba2": ("mamba2", 128, 8, 128, 64, "vk"),
+    "nemotron3-nano-mamba2": ("mamba2", 96, 8, 128, 80, "vk"),
+    "qwen3.5-122b-gdn": ("gated_deltanet", 64, 16, 128, 128, "kv"),
+    "qwen3.5-4b-gdn": ("gated_deltanet", 32, 16, 128, 128, "kv"),
+    "kimi-linear-kda": ("kda", 32, 32, 128, 128, "kv"),
+}
+
+
+def _real_pair(name, B, L, seed, **kw):
+    family, H, Hk, K, V, layout = REAL[name]
+    return Pair(family, B=B, H=H, Hk=Hk, K=K, V=V, L=L, layout=layout, generator=torch.Generator().manual_seed(seed),
+                long_memory=True, **kw)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(REAL))
+def test_real_shapes_gpu(name):
+    """Real layer shapes on the GPU: steps at per-row phases with padding, verify T = 3 + commit, force flush."""
+    p = _real_pair(name, B=6, L=4, seed=1)
+    slots = torch.tensor([5, -1, 0, 3, 1, 2, 4], device=DEVICE)
+    p.step()
+    p.step(slots=slots[2:5])
+    for _ in range(4):
+        p.step(slots=slots)
+    p.verify_commit(T=3, slots=slots)
+    p.step(force_flush=True)
+    p.verify_commit(T=4)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name,read,ckpt", [("nemotron3-super-mamba2", "fp8", torch.float32),
+                                            ("qwen3.5-4b-gdn", "fp4", torch.float32),
+                                            ("kimi-linear-kda", "bf16", torch.float32),
+                                            ("nemotron3-nano-mamba2", "fp4", torch.float32),
+                                            ("qwen3.5-4b-gdn", "fp16", torch.bfloat16)])
+def test_read_copies_and_rounding_gpu(name, read, ckpt):
+    """Read copies equal torch's quantization of the checkpoint bit for bit; SR writes equal rounding.py."""
+    p = _real_pair(name, B=5, L=3, seed=2, read=read, dtype=ckpt, sr=ckpt != torch.float32)
+    for _ in range(4):
+        p.step()
+    p.verify_commit(T=2)
+    p.step()
+
+
+@pytest.mark.gpu
+def test_cuda_graph_decode_loop():
+    """A captured decode step, replayed with fresh inputs, follows the reference step by step across flushes."""
+    name, L, B = "qwen3.5-4b-gdn", 4, 16
+    p = _real_pair(name, B=B, L=L, seed=3, read="fp8")
+    p.tri.count.copy_(torch.arange(B, device=DEVICE) % L)  # every phase at once
+    p.ref.count.copy_(p.tri.count)
+    static = p.inputs(B, T=None)
+    for rs in (p.ref, p.tri):
+        rs.step(*static)  # warm-up (compiles the kernels) outside the capture, on both
+    for name_, part in p.tri.read.items():
+        p.ref.read[name_].copy_(part)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        o_static = p.tri.step(*static)
+    for _ in range(2 * L + 1):
+        x = p.inputs(B, T=None)
+        for dst, src in zip(static, x):
+            if dst is not None:
+                dst.copy_(src)
+        graph.replay()
+        o_ref = p.ref.step(*x)
+        p.check(o_ref, o_static, "graph replay")

@@ -15,9 +15,8 @@ import triton
 import triton.language as tl
 
 READ_CODES = {None: 0, "bf16": 1, "fp16": 1, "fp8": 2, "fp4": 3}
-FP8_MAX = 448.0
-FP4_MAX = 6.0
-FP4_BLOCK = 16
+FP8_MAX = tl.constexpr(448.0)
+FP4_MAX = tl.constexpr(6.0)
 
 
 @triton.jit

@@ -129,6 +129,11 @@ def _any_nonfinite(x):
 
 
 @triton.jit
+def _nonfinite(x):
+    return ~(tl.abs(x) < float("inf"))
+
+
+@triton.jit
 def replay_kernel(
     state, q, k, v, log_a, beta, out, slots,
     ring_k, ring_u, ring_la, ring_v, ring_beta,
@@ -248,14 +253,14 @@ def replay_kernel(
         v_t = tl.load(xv + t * US + cols_v, mask=mask_v, other=0.0).to(CD)
         bad = bad | _any_nonfinite(q_t) | _any_nonfinite(k_t) | _any_nonfinite(v_t)
         if DECAY == 1:
-            bad = bad | _any_nonfinite(tl.load(xla + t * LS))
+            bad = bad | _nonfinite(tl.load(xla + t * LS))
         elif DECAY == 2:
             bad = bad | _any_nonfinite(tl.load(xla + t * LS + offs_k, mask=mask_k, other=0.0))
         G, KWp = _decayed_keys(KW, LA, LN, j, p, DECAY)
         u_t = v_t
         if DELTA:
             beta_t = tl.load(xbeta + t * HV).to(CD)
-            bad = bad | _any_nonfinite(beta_t)
+            bad = bad | _nonfinite(beta_t)
             u_t = beta_t * (v_t - _read(base, G, KWp, tl.where((j < p)[:, None], U, 0.0), k_t))
             U = tl.where((j == p)[:, None], u_t[None, :], U)
             if RAW:

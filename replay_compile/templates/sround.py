@@ -15,8 +15,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-SEED_MIX_SLOT = 0x9E3779B97F4A7C15 - (1 << 64)
-SEED_MIX_FLUSH = 0xBF58476D1CE4E5B9 - (1 << 64)
+SEED_MIX_SLOT = tl.constexpr(0x9E3779B97F4A7C15 - (1 << 64))
+SEED_MIX_FLUSH = tl.constexpr(0xBF58476D1CE4E5B9 - (1 << 64))
 # (mantissa bits, smallest normal exponent) of each 16-bit checkpoint format
 SR_FORMATS = {"bfloat16": (7, -126), "float16": (10, -14)}
 
