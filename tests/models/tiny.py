@@ -78,6 +78,11 @@ def nemotron_h_config(**overrides):
         conv_kernel=4,
         chunk_size=8,
         use_mamba_kernels=False,
+        # The mixer clamps dt >= time_step_min in its chunked (prefill) path but not in its one-token
+        # decode step, so the two paths disagree whenever softplus(dt + dt_bias) < time_step_min
+        # (seen: 2% state error at the default 1e-3). A tiny minimum keeps the paths consistent
+        # (and draws some slow-decay heads at init, where replay precision matters most).
+        time_step_min=1e-6,
     )
     kw.update(overrides)
     return transformers.NemotronHConfig(**kw)
@@ -215,8 +220,11 @@ def prompts(batch, length, seed=0, left_pad=0):
     return input_ids, attention_mask
 
 
-def greedy(model, input_ids, attention_mask, new_tokens, **kwargs):
-    """Greedy generation returning (sequences, per-step logits [steps, B, vocab])."""
+def greedy(model, input_ids, attention_mask, new_tokens, return_cache=False, **kwargs):
+    """Greedy generation returning (sequences, per-step logits [steps, B, vocab][, cache]).
+
+    To continue on a cache, use `continue_greedy`.
+    """
     out = model.generate(
         input_ids=input_ids,
         attention_mask=attention_mask,
@@ -228,7 +236,31 @@ def greedy(model, input_ids, attention_mask, new_tokens, **kwargs):
         pad_token_id=PAD_ID,
         **kwargs,
     )
+    if return_cache:
+        return out.sequences, torch.stack(out.logits), out.past_key_values
     return out.sequences, torch.stack(out.logits)
+
+
+def continue_greedy(model, sequences, prompt_mask, cache, more_ids, new_tokens):
+    """Second greedy generation on the cache returned with `sequences`, after appending `more_ids`.
+
+    `prompt_mask` is the attention mask of the first prompt (left padding); generated and appended
+    tokens are real tokens.
+
+    The last token of `sequences` was sampled but never fed, so the model must consume it plus
+    `more_ids` as one multi-token step on top of the cached state. Hybrids take the whole sequence
+    with `past_key_values=cache` (generate slices off the cached part). Mamba-2 names its cache
+    `cache_params`, which generate's slicing does not see: it must get only the uncached tail, or it
+    re-feeds the whole sequence on top of the state (wrong logits, no error).
+    Returns (sequences, per-step logits) of the continuation.
+    """
+    full = torch.cat([sequences, more_ids], dim=1)
+    mask = torch.ones_like(full)
+    mask[:, : prompt_mask.shape[1]] = prompt_mask
+    if model.config.model_type == "mamba2":
+        tail = slice(sequences.shape[1] - 1, None)
+        return greedy(model, full[:, tail], mask[:, tail], new_tokens, cache_params=cache)
+    return greedy(model, full, mask, new_tokens, past_key_values=cache)
 
 
 def recurrent_states(cache):

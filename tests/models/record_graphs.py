@@ -1,0 +1,115 @@
+"""Record what Dynamo hands a torch.compile backend when a tiny transformers hybrid decodes.
+
+Why: the `replayssm` pass codes against the FX graphs Dynamo produces for real models; this script
+shows them (source of docs/MODEL_SPELLINGS.md). It compiles `model.forward` with a backend that stores
+each graph it receives (code, placeholders with their Dynamo sources, shapes, dtypes, static-address
+marks), runs eager, and reports graph breaks and recompiles.
+
+    python tests/models/record_graphs.py qwen3_next --batch 4 --new-tokens 4 --out /tmp/graphs
+
+writes /tmp/graphs/qwen3_next_b4/graph_<n>.py (one per compiled graph, placeholders listed on top)
+and prints a summary. Not collected by pytest (no test_ prefix).
+"""
+
+import argparse
+import os
+import sys
+
+import torch
+import torch._dynamo
+from torch._dynamo.utils import counters
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from tiny import FAMILIES, continue_greedy, greedy, prompts, tiny_model  # noqa: E402
+
+
+class GraphRecorder:
+    """A torch.compile backend that keeps every graph it receives and runs it eagerly."""
+
+    def __init__(self):
+        self.graphs = []
+
+    def __call__(self, gm, example_inputs, **kwargs):
+        self.graphs.append(
+            dict(
+                compile_id=str(torch._guards.CompileContext.current_compile_id()),
+                placeholders=[
+                    describe_placeholder(node, example)
+                    for node, example in zip(gm.graph.find_nodes(op="placeholder"), example_inputs)
+                ],
+                code=gm.code,
+                graph=str(gm.graph),
+            )
+        )
+        return gm.forward
+
+
+def describe_placeholder(node, example):
+    """'name: source shape dtype [static]' for one placeholder of a Dynamo graph and its real input."""
+    grapharg = node.meta.get("grapharg")
+    source = grapharg.source.name if grapharg is not None else "?"
+    source = source() if callable(source) else source
+    value = node.meta.get("example_value")
+    if isinstance(value, torch.Tensor):
+        static = getattr(example, "_dynamo_static_input_type", None)
+        static = f" static={static}" if static else ""
+        return f"{node.name}: {source} {tuple(value.shape)} {value.dtype}{static}"
+    return f"{node.name}: {source} {type(value).__name__} {value}"
+
+
+def record(family, batch, new_tokens, prompt_len, dtype=torch.float32, continue_len=0):
+    """Compile `model.forward` with a GraphRecorder, run greedy generation, return (recorder, summary).
+
+    With `continue_len` > 0, a second generate continues on the same cache with `continue_len` more
+    prompt tokens (the multi-token path reading an existing state).
+    """
+    torch._dynamo.reset()
+    counters.clear()
+    model = tiny_model(family, dtype=dtype, seed=0)
+    recorder = GraphRecorder()
+    model.forward = torch.compile(model.forward, backend=recorder)
+    input_ids, attention_mask = prompts(batch, prompt_len, seed=1, left_pad=3 if batch > 1 else 0)
+    sequences, _, cache = greedy(model, input_ids, attention_mask, new_tokens, return_cache=True)
+    if continue_len:
+        more_ids, _ = prompts(batch, continue_len, seed=2)
+        continue_greedy(model, sequences, attention_mask, cache, more_ids, new_tokens)
+    summary = dict(
+        graphs=len(recorder.graphs),
+        compile_ids=[g["compile_id"] for g in recorder.graphs],
+        graph_breaks=dict(counters["graph_break"]),
+        unique_graphs=counters["stats"]["unique_graphs"],
+    )
+    return recorder, summary
+
+
+def write(recorder, directory):
+    os.makedirs(directory, exist_ok=True)
+    for index, graph in enumerate(recorder.graphs):
+        with open(os.path.join(directory, f"graph_{index}.py"), "w") as handle:
+            handle.write(f"# compile id {graph['compile_id']}\n# placeholders:\n")
+            handle.writelines(f"#   {line}\n" for line in graph["placeholders"])
+            handle.write(graph["code"])
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("families", nargs="*", help=f"any of {', '.join(FAMILIES)} (default: all)")
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--new-tokens", type=int, default=4)
+    parser.add_argument("--prompt-len", type=int, default=7)
+    parser.add_argument("--continue-len", type=int, default=0, help="second generate on the same cache")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument("--out", default=None, help="directory for graph_<n>.py files")
+    args = parser.parse_args(argv)
+    for family in args.families or FAMILIES:
+        recorder, summary = record(
+            family, args.batch, args.new_tokens, args.prompt_len, getattr(torch, args.dtype), args.continue_len
+        )
+        print(family, summary)
+        if args.out:
+            tag = f"_cont{args.continue_len}" if args.continue_len else ""
+            write(recorder, os.path.join(args.out, f"{family}_b{args.batch}_{args.dtype}{tag}"))
+
+
+if __name__ == "__main__":
+    main()
