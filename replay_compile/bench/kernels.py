@@ -12,8 +12,9 @@ For each real layer shape and batch size it times one decode step of
 and, for speculative decoding, replay verify of T tokens (+ commit) against the snapshot baseline
 (templates/snapshot.py) and one standard step, with the per-sequence state memory of both.
 
-Each time is a median of ``triton.testing.do_bench``, which clears the L2 before every call, so the
-state is always read from HBM. Achieved GB/s is the bytes the kernel must move divided by its time,
+Each time is a median of ``triton.testing.do_bench`` over replays of a CUDA graph holding one call
+(GPU time without Python launch overhead, as engines run decode; direct calls where capture fails).
+do_bench clears the L2 before every call, so the state is always read from HBM. Achieved GB/s is the bytes the kernel must move divided by its time,
 reported as a fraction of the device copy bandwidth measured at the start of the same run; the
 ``floor`` is those bytes at copy bandwidth. A column that cannot run (kernels not written yet, fla
 missing, ...) is ``n/a`` with the reason in the JSON, so the harness runs at every stage of the project.
@@ -213,8 +214,11 @@ def _eager_step(fam, layout):
     return step
 
 
-def _fla_step(fam, layout) -> Callable:
-    """fla's fused_recurrent for the family, one token (``T = 1``), canonical inputs (q pre-scaled, no l2norm).
+def _fla_step(fam, layout) -> tuple[Callable, Callable]:
+    """``(call, prepare)``: fla's fused_recurrent for the family on one token (``T = 1``).
+
+    ``prepare(x)`` turns canonical inputs (q pre-scaled, l2norm applied) into fla's ``[B, 1, H, D]``
+    arguments; ``call(*prepared, h0)`` returns ``(o, final_state)``.
 
     fla 0.6 returns the final state in a new buffer (same bytes as an in-place update). Its simple_gla
     and gla kernels need as many q/k heads as value heads: grouped q/k are expanded before timing.
@@ -257,9 +261,10 @@ def _fla_state(h0, layout):
 
 # ------------------------------------------------------------------------------------------- rows
 class Bench:
-    def __init__(self, args, timer: Timer, shapes: dict):
-        self.args, self.timer, self.shapes = args, timer, shapes
-        self.device = args.device
+    """The measurements of one run (rows of the step, verify and tuning tables) and its progress bar."""
+
+    def __init__(self, args, timer: Timer):
+        self.args, self.timer, self.device = args, timer, args.device
         self.done, self.total = 0, 0
         self.copy_gbps = float("nan")
 
@@ -459,7 +464,7 @@ def main(argv=None) -> int:
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before templates import triton
     timer = Timer(args.device, args.warmup_ms, args.rep_ms, graphs=args.timing == "graph")
     shapes = {n: (SMOKE_SHAPES if args.smoke else SHAPES)[n] for n in args.shapes}
-    bench = Bench(args, timer, shapes)
+    bench = Bench(args, timer)
     verify_batches = args.verify_batch or ([256] if 256 in args.batch else [max(args.batch)])
     tune_batches = [b for b in (args.tune_batch or verify_batches) if b in args.batch]
     n_base = sum(1 for c in COLUMNS[1:] if c in args.columns and not (args.smoke and c == "compile"))
