@@ -155,15 +155,16 @@ def rewrite_site(gm: fx.GraphModule, site: Site, options) -> None:
     if options.speculative and len(chunks) > 1:
         raise Rejected("speculative_order", "a draft token's input depends on an earlier draft's output")
     K, V = site.key, ("c" if site.key == "r" else "r")
+    groups = _common_groups(site)
     cfg = site_config(family=site.family.name, window=options.window, layout=site.layout,
-                      k_heads=site.sizes["h"], read_dtype=options.read_dtype,
+                      k_heads=site.sizes["h"] // groups, read_dtype=options.read_dtype,
                       stochastic_rounding=options.stochastic_rounding, kernels=options.kernels,
                       speculative=options.speculative)
     for first, last, anchor_pos, moved in chunks:
         anchor = order[anchor_pos + 1] if anchor_pos >= 0 else next(n for n in order if n.op != "placeholder")
         b = _Builder(g, anchor, site.placeholder)
         steps = site.steps[first:last + 1]
-        canon = [_canonical(b, s, K, V, site) for s in steps]
+        canon = [_canonical(b, s, K, V, site, groups) for s in steps]
         stacked = [None if c[0] is None else b.call(torch.stack, list(c), 1) for c in zip(*canon)]
         o = b.call(torch.ops.replay_compile.advance.default, site.placeholder, *stacked, cfg)
         for t, s in enumerate(steps):
@@ -175,15 +176,50 @@ def rewrite_site(gm: fx.GraphModule, site: Site, options) -> None:
     _remove_update(g, site)
 
 
-def _canonical(b: _Builder, s, K, V, site: Site):
+def _repeated_heads(leaves):
+    """``(x, repeats)`` when ``leaves`` is one ``x.repeat_interleave(repeats, dim=<head axis>)``."""
+    if len(leaves) != 1 or leaves[0].node is None or leaves[0].power != 1:
+        return None
+    f = leaves[0]
+    if op_name(f.node) != "repeat_interleave" or "h" not in f.labels:
+        return None
+    args, kw = f.node.args, f.node.kwargs
+    repeats = kw.get("repeats", args[1] if len(args) > 1 else None)
+    dim = kw.get("dim", args[2] if len(args) > 2 else None)
+    if not isinstance(repeats, int) or not isinstance(dim, int) or dim % len(f.labels) != f.labels.index("h"):
+        return None
+    return args[0], repeats
+
+
+def _common_groups(site: Site) -> int:
+    """Value heads per query/key head when every step's q and k repeat grouped heads alike (else 1)."""
+    found = {(_repeated_heads(s.k) or (None, 1))[1] for s in site.steps} | \
+            {(_repeated_heads(s.q) or (None, 1))[1] for s in site.steps if s.q}
+    return found.pop() if len(found) == 1 else 1
+
+
+def _grouped(b: _Builder, leaves, target, groups):
+    """The canonical ``[B, Hk, K]`` input of grouped heads: the value before ``repeat_interleave``."""
+    x, _ = _repeated_heads(leaves)
+    f = leaves[0]
+    x = b.align(x, f.labels, target)
+    sizes = [b.call("size", x, i, method=True) if l == "h" else b.size(l) for i, l in enumerate(target)]
+    return b.call("contiguous", b.call("expand", x, *sizes, method=True), method=True)
+
+
+def _canonical(b: _Builder, s, K, V, site: Site, groups: int = 1):
     bhk, bhv, bh = ("b", "h", K), ("b", "h", V), ("b", "h")
-    k = b.full(b.product(s.k, bhk), bhk)
+    if groups > 1:
+        k = _grouped(b, s.k, bhk, groups)
+        q = _grouped(b, s.q, bhk, groups) if s.q else b.call(torch.zeros_like, k)
+    else:
+        k = b.full(b.product(s.k, bhk), bhk)
+        q = b.full(b.product(s.q, bhk), bhk) if s.q else b.call(torch.zeros_like, k)
     v = None
     for sign, leaves in s.v:
         term = b.product(leaves, bhv, float(sign))
         v = term if v is None else b.call(torch.add, v, term)
     v = b.full(v, bhv)
-    q = b.full(b.product(s.q, bhk), bhk) if s.q else b.call(torch.zeros_like, k)
     log_a = None
     if site.decay_kind != "none":
         target = bh if site.decay_kind == "scalar" else bhk
