@@ -18,7 +18,7 @@ a padding row: it reads nothing, writes no state and outputs zeros (its inputs m
 even NaN). ``standard_step`` passes ``dst = src`` (update in place); snapshots pass ``T`` columns.
 Without slot tables (``src = dst = None``) row ``b`` is slot ``b``: no index tensor is built, which
 keeps a small-batch step at one kernel launch.
-Slot indices are int64 so slot offsets into large pools cannot overflow 32-bit arithmetic.
+Slot indices (int32 or int64) are widened to int64 so offsets into large pools cannot overflow.
 """
 from __future__ import annotations
 
@@ -35,8 +35,8 @@ _DECAY_CODE = {"none": 0, "scalar": 1, "channel": 2}
 def _recurrent_decode_kernel(
     state, q, k, v, log_a, beta, o, src, dst,
     stride_sn, stride_sh, stride_sk, stride_sv, stride_src, stride_dst,
-    ROW_IS_SLOT: tl.constexpr, T: tl.constexpr, HV: tl.constexpr, GROUP: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
-    BK: tl.constexpr, BV: tl.constexpr,
+    ROW_IS_SLOT: tl.constexpr, T: tl.constexpr, HV: tl.constexpr, GROUP: tl.constexpr,
+    K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     DECAY: tl.constexpr, DELTA: tl.constexpr, STORE_EVERY_TOKEN: tl.constexpr,
 ):
     """One ``[BK, BV]`` state tile of row ``b``, value head ``h``, over ``T`` tokens.
@@ -94,8 +94,8 @@ def _recurrent_decode_kernel(
 # NOTE [tiling]
 # Measured on the H200 at batch 256 (BENCHMARKS.md, tuning sweep): a [128, 64] fp32 tile with 2 warps
 # moves 90-95% of copy bandwidth for every template in either layout; [128, 32] tiles lose 10-15% on
-# the kv layout (the key-axis reductions cross more warps per byte). Tiles stay <= 8K elements
-# (128 registers per thread at 2 warps) so the delta rule does not spill. Small batches split the
+# the kv layout (the key-axis reductions cross more warps per byte). Tiles stay <= 8K elements at
+# >= 2 warps (<= 128 state registers per thread): one warp on an 8K tile ran up to 8x slower. Small batches split the
 # value axis further so the grid still covers the GPU.
 _MAX_TILE = 8192
 _MIN_PROGRAMS = 264  # two programs per H200 SM
