@@ -119,11 +119,16 @@ def dtype_of(node) -> Optional[torch.dtype]:
     return val.dtype if isinstance(val, torch.Tensor) else None
 
 
-def _hint(s) -> int:
-    if isinstance(s, int):
+def _hint(s):
+    """A concrete value for a (possibly symbolic) int, float or bool."""
+    if isinstance(s, (int, float, bool)):
         return s
-    hint = getattr(s.node, "hint", None)
-    return int(hint) if hint is not None else int(s.node.shape_env.size_hint(s.node.expr))
+    hint = s.node.hint if getattr(s.node, "hint", None) is not None else s.node.shape_env.size_hint(s.node.expr)
+    if isinstance(s, torch.SymFloat):
+        return float(hint)
+    if isinstance(s, torch.SymBool):
+        return bool(hint)
+    return int(hint)
 
 
 # --------------------------------------------------------------------------------- op vocabulary

@@ -17,6 +17,7 @@ from typing import Optional
 import torch
 
 from ..ops import registry
+from .normal_form import _hint
 
 CALLS = 3
 
@@ -26,6 +27,8 @@ def _tolerance(dtype: torch.dtype) -> float:
 
 
 def _draw(example, state: bool, gen: torch.Generator):
+    if isinstance(example, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return _hint(example)
     if not isinstance(example, torch.Tensor) or not example.dtype.is_floating_point:
         return example.clone() if isinstance(example, torch.Tensor) else example
     x = torch.randn(example.shape, generator=gen, dtype=torch.float64) * 0.5
