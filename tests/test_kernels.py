@@ -242,24 +242,23 @@ def _real_pair(name, B, L, seed, **kw):
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", list(REAL))
 def test_real_shapes_gpu(name):
-    """Real layer shapes on the GPU: steps at per-row phases with padding, verify T = 3 + commit, force flush."""
+    """Real layer shapes on the GPU: steps at per-row phases with padding, verify T = 3 + commit, force flush.
+
+    Every call passes slots (one kernel variant per call kind keeps the GPU compile time down)."""
     p = _real_pair(name, B=6, L=4, seed=1)
     slots = torch.tensor([5, -1, 0, 3, 1, 2, 4], device=DEVICE)
-    p.step()
     p.step(slots=slots[2:5])
-    for _ in range(4):
+    for _ in range(5):
         p.step(slots=slots)
     p.verify_commit(T=3, slots=slots)
-    p.step(force_flush=True)
-    p.verify_commit(T=4)
+    p.step(slots=slots, force_flush=True)
+    p.verify_commit(T=3, slots=slots)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name,read,ckpt", [("nemotron3-super-mamba2", "fp8", torch.float32),
                                             ("qwen3.5-4b-gdn", "fp4", torch.float32),
-                                            ("kimi-linear-kda", "bf16", torch.float32),
-                                            ("nemotron3-nano-mamba2", "fp4", torch.float32),
-                                            ("qwen3.5-4b-gdn", "fp16", torch.bfloat16)])
+                                            ("kimi-linear-kda", "fp16", torch.bfloat16)])
 def test_read_copies_and_rounding_gpu(name, read, ckpt):
     """Read copies equal torch's quantization of the checkpoint bit for bit; SR writes equal rounding.py."""
     p = _real_pair(name, B=5, L=3, seed=2, read=read, dtype=ckpt, sr=ckpt != torch.float32)
