@@ -333,3 +333,18 @@ def test_inspect_cli(tmp_path, capsys):
     assert inspect_cli.main([f"{src}:step", "--options", '{"window": 8}']) == 0
     out = capsys.readouterr().out
     assert "1 site(s) rewritten" in out and "L=8" in out and "S" in out.splitlines()[1]
+
+
+def test_read_copy_option_reaches_the_runtime():
+    step = torch.compile(einsum_step, backend="replayssm", options=dict(FAST, window=4, read_dtype="bf16"))
+    S = torch.randn(2, 3, 4, 5)
+    S_ref = S.clone()
+    for _ in range(9):
+        x = _scalar_inputs(2, 3, 4, 5)
+        o, S = step(S, *x)
+        o_ref, S_ref = einsum_step(S_ref, *x)
+        assert rel_rms(o, o_ref) <= 2e-2
+    (rs,) = registry.managed_states()
+    assert rs.read_format is not None
+    replay_compile.materialize(S)
+    assert rel_rms(S, S_ref) <= 1e-5, "the fp32 checkpoint must stay exact under a bf16 read copy"
