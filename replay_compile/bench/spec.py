@@ -31,7 +31,6 @@ from ..runtime import ReplayState
 from .kernels import SHAPES, SMOKE_SHAPES, Timer, draw_inputs, draw_state, state_bytes
 
 BUDGET = 80e9
-STEPS = 16  # speculative steps per timed run (acceptance counts differ per step and row)
 
 
 def text_acceptance(T: int, ngram: int = 2, limit: int = 40000) -> torch.Tensor:
@@ -65,21 +64,22 @@ def draw_accepted(acceptance, T: int, batch: int, steps: int, seed: int) -> torc
     return 1 + ok.long().cumprod(-1).sum(-1)
 
 
-def bench_case(shape, batch, T, L, acceptance, timer, device, seed=0) -> dict:
+def bench_case(shape, batch, T, L, acceptance, timer, device, steps=16, seed=0) -> dict:
+    """One table row: ``steps`` speculative steps (acceptance counts differ per step and row) timed as one run."""
     from ..templates.snapshot import snapshot_commit, snapshot_table, snapshot_verify  # noqa: PLC0415
     from ..templates.standard import standard_step  # noqa: PLC0415
 
     fam = get_family(shape.family)
     kw = dict(delta=fam.delta, decay=fam.decay, layout=shape.layout)
     x = draw_inputs(shape, batch, T, device, seed)
-    n = draw_accepted(acceptance, T, batch, STEPS, seed).to(device)
+    n = draw_accepted(acceptance, T, batch, steps, seed).to(device)
     mean_n = float(n.float().mean())
 
     rs = ReplayState(draw_state(shape, batch, device, seed), fam, L, layout=shape.layout, k_heads=shape.k_heads)
     rs.count.copy_(torch.randint(0, L + 1, (batch,), generator=torch.Generator().manual_seed(seed)))  # phases
 
     def replay_steps():
-        for s in range(STEPS):
+        for s in range(steps):
             rs.verify(*x)
             rs.commit(n[s])
 
@@ -88,14 +88,14 @@ def bench_case(shape, batch, T, L, acceptance, timer, device, seed=0) -> dict:
     out = torch.empty(batch, T, shape.heads, shape.head_v, device=device)
 
     def snapshot_steps():
-        for s in range(STEPS):
+        for s in range(steps):
             snapshot_verify(states, *x, table=table, out=out, **kw)
             table.copy_(snapshot_commit(table, n[s]))
 
     one = draw_state(shape, batch, device, seed)
     x1 = type(x)(*(None if f is None else f[:, 0] for f in x))
     rows = {}
-    for name, fn, steps in (("replay", replay_steps, STEPS), ("snapshot", snapshot_steps, STEPS),
+    for name, fn, steps in (("replay", replay_steps, steps), ("snapshot", snapshot_steps, steps),
                             ("standard step", lambda: standard_step(one, *x1, **kw), 1)):
         us, how = timer(fn)
         rows[name] = {"us": us / steps, "timing": how}
@@ -111,11 +111,12 @@ def bench_case(shape, batch, T, L, acceptance, timer, device, seed=0) -> dict:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="replayssm bench spec", description=__doc__.splitlines()[0])
-    p.add_argument("--shapes", default="nemotron3-super-mamba2,qwen35-122b-gdn")
+    p.add_argument("--shapes", default="nemotron3-super-mamba2,qwen3.5-122b-gdn")
     p.add_argument("--T", default="1,2,4,8", help="tokens verified per row per step")
     p.add_argument("--batch", default="32,128,256,512")
     p.add_argument("--acceptance", default="0.5,0.8,1.0,text")
     p.add_argument("--window", type=int, default=16)
+    p.add_argument("--steps", type=int, default=16, help="speculative steps per timed run")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--out", default="bench_spec.json")
     p.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU: a check of the harness")
@@ -123,9 +124,9 @@ def main(argv=None) -> int:
     if args.device == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before the templates import triton
     shapes = SMOKE_SHAPES if args.smoke else SHAPES
-    names = list(shapes) if args.smoke else args.shapes.split(",")
+    names = ["smoke-gdn", "smoke-mamba2"] if args.smoke else args.shapes.split(",")
     if args.smoke:
-        args.T, args.batch, args.acceptance, args.window = "2", "3", "0.5,text", 4
+        args.T, args.batch, args.acceptance, args.window, args.steps = "2", "3", "0.5,text", 4, 2
     Ts, batches = [int(t) for t in args.T.split(",")], [int(b) for b in args.batch.split(",")]
     accs = args.acceptance.split(",")
     timer = Timer(args.device, warmup_ms=10, rep_ms=50)
@@ -134,7 +135,7 @@ def main(argv=None) -> int:
     for i, (s, T, b, a) in enumerate(cases):
         print(f"\r[{i + 1}/{len(cases)}] {s} T={T} batch={b} acceptance={a}" + " " * 20, end="", file=sys.stderr,
               flush=True)
-        results.append(bench_case(shapes[s], b, T, max(args.window, T), a, timer, args.device))
+        results.append(bench_case(shapes[s], b, T, max(args.window, T), a, timer, args.device, args.steps))
     print(file=sys.stderr)
     meta = {"device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu", "argv": argv or sys.argv[1:]}
     with open(args.out, "w") as f:
