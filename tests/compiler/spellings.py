@@ -798,7 +798,8 @@ def decoy_dense(S, q, k, v, g, M):
 
 
 decoy("decoy_dense_transition", decoy_dense, why="S' = M @ S with a dense input-dependent M",
-      extra=lambda batch, dtype, g: {"M": _inputs.draw((batch, HEADS, HEAD_K, HEAD_K), dtype, g, scale=0.4 / math.sqrt(HEAD_K))})
+      extra=lambda batch, dtype, g: {"M": _inputs.draw((batch, HEADS, HEAD_K, HEAD_K), dtype, g,
+                                                        scale=0.4 / math.sqrt(HEAD_K))})
 
 
 def decoy_overwrite(S, q, k, v, g):
@@ -838,7 +839,8 @@ class _Counter(nn.Module):
         return q * self.pos[:, None, None].to(q.dtype).sqrt()
 
 
-decoy("decoy_integer_state_buffer", _Counter, mode="buffer", rejected=False, state_attr="pos", why="the written-back buffer is an integer")
+decoy("decoy_integer_state_buffer", _Counter, mode="buffer", rejected=False, state_attr="pos",
+      why="the written-back buffer is an integer")
 
 
 def decoy_softmax_read(S, q, k, v, g):
@@ -877,7 +879,8 @@ class _Memory(nn.Module):
         return torch.einsum("bhkv,bhk->bhv", self.memory, q) + v
 
 
-decoy("decoy_read_only_buffer", _Memory, mode="buffer", rejected=False, state_attr="memory", why="a buffer that is read but never written")
+decoy("decoy_read_only_buffer", _Memory, mode="buffer", rejected=False, state_attr="memory",
+      why="a buffer that is read but never written")
 
 
 def decoy_mixed_heads(S, q, k, v, g):
