@@ -21,9 +21,10 @@ FP4_MAX = tl.constexpr(6.0)
 
 @triton.jit
 def _to_physical(x, LAYOUT_KV: tl.constexpr):
-    if LAYOUT_KV:
-        return x
-    return tl.trans(x)
+    """``[K, V]`` tile <-> physical ``[R, C]`` tile (a transpose for the vk layout; its own inverse)."""
+    if not LAYOUT_KV:
+        x = tl.trans(x)
+    return x
 
 
 @triton.jit

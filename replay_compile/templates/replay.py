@@ -78,16 +78,31 @@ def _read(base, G, KWp, Up, x):
 
 
 @triton.jit
-def _fold(S, G, KWp, Up, DECAY: tl.constexpr, USE_DOT: tl.constexpr):
-    """``G * S + KWp^T Up``: the rank-L update of a flush (tensor-core shaped when ``USE_DOT``)."""
-    if DECAY == 1:
-        S = S * G
-    elif DECAY == 2:
-        S = S * G[:, None]
-    if USE_DOT:
-        S = S + tl.dot(tl.trans(KWp), Up, input_precision="ieee")
-    else:
-        S = S + tl.sum(KWp[:, :, None] * Up[:, None, :], 0)
+def _fold(S, rk, rla, ru, xk, xla, n_ring, n_total, offs_k, mask_k, offs_v, mask_v,
+          KS: tl.constexpr, LS: tl.constexpr, US: tl.constexpr, L: tl.constexpr, DECAY: tl.constexpr, CD: tl.constexpr):
+    """Checkpoint after the records at positions ``< n_total``: ``S <- a_i * S + k_i u_i^T`` in order.
+
+    Keys and log-decays come from the ring below ``n_ring`` and from this call's inputs above it; the
+    corrected updates ``u`` all come from the ring (this program wrote the new ones: see the barrier
+    before a fold). Only flushing rows run it, so it re-reads records instead of holding the window in
+    registers, which keeps the non-flush path's register budget (and occupancy) for the state tile.
+    """
+    for i in range(0, L):
+        ring = i < n_ring
+        new = (i >= n_ring) & (i < n_total)
+        t = i - n_ring
+        k_i = tl.where(ring, tl.load(rk + i * KS + offs_k, mask=mask_k & ring, other=0.0).to(CD),
+                       tl.load(xk + t * KS + offs_k, mask=mask_k & new, other=0.0).to(CD))
+        u_i = tl.load(ru + i * US + offs_v, mask=mask_v & (ring | new), other=0.0).to(CD)
+        S_i = S
+        if DECAY == 1:
+            S_i = S * tl.exp(tl.where(ring, tl.load(rla + i * LS, mask=ring, other=0.0).to(CD),
+                                      tl.load(xla + t * LS, mask=new, other=0.0).to(CD)))
+        elif DECAY == 2:
+            g = tl.where(ring, tl.load(rla + i * LS + offs_k, mask=mask_k & ring, other=0.0).to(CD),
+                         tl.load(xla + t * LS + offs_k, mask=mask_k & new, other=0.0).to(CD))
+            S_i = S * tl.exp(g)[:, None]
+        S = tl.where(ring | new, S_i + k_i[:, None] * u_i[None, :], S)
     return S
 
 
@@ -144,7 +159,7 @@ def replay_kernel(
     K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     DECAY: tl.constexpr, DELTA: tl.constexpr, RAW: tl.constexpr, READ: tl.constexpr, LAYOUT_KV: tl.constexpr,
     COMMIT: tl.constexpr, FORCE: tl.constexpr, MATERIALIZE: tl.constexpr, HAS_SLOTS: tl.constexpr,
-    SR: tl.constexpr, SR_MANT: tl.constexpr, SR_EMIN: tl.constexpr, USE_DOT: tl.constexpr, CD: tl.constexpr,
+    SR: tl.constexpr, SR_MANT: tl.constexpr, SR_EMIN: tl.constexpr, CD: tl.constexpr,
 ):
     """Row ``b``, value head ``h``, value tile ``vt`` of a replay call over ``T`` tokens.
 
@@ -209,18 +224,7 @@ def replay_kernel(
             exact = _fold_raw(exact, rk, rla, rv, rbeta, xk, xla, xv, xbeta, c, 0, offs_k, mask_k, cols_v, mask_v,
                               KS, LS, US, HV, L, DECAY, CD)
         else:
-            oKW = _gather(rk, xk, KS, j, c, 0, offs_k, mask_k, CD)
-            oU = _gather(ru, xv, US, j, c, 0, cols_v, mask_v, CD)
-            oLA = oKW
-            oLN = oKW
-            if DECAY == 1:
-                oLA = _gather1(rla, xla, LS, j, c, 0, CD)
-                oLN = _gather1(rla, xla, LS, j + 1, c, 0, CD)
-            elif DECAY == 2:
-                oLA = _gather(rla, xla, LS, j, c, 0, offs_k, mask_k, CD)
-                oLN = _gather(rla, xla, LS, j + 1, c, 0, offs_k, mask_k, CD)
-            G, KWp = _decayed_keys(oKW, oLA, oLN, j, c - 1, DECAY)
-            exact = _fold(exact, G, KWp, tl.where((j < c)[:, None], oU, 0.0), DECAY, USE_DOT)
+            exact = _fold(exact, rk, rla, ru, xk, xla, c, c, offs_k, mask_k, cols_v, mask_v, KS, LS, US, L, DECAY, CD)
     tl.debug_barrier()  # every old record is read before this row's new records overwrite them
 
     if READ > 0:
@@ -270,15 +274,15 @@ def replay_kernel(
         tl.store(ru + p * US + cols_v, u_t, mask=mask_v & live)
     tl.store(nonfinite + slot, tl.full([], 1, tl.uint8), mask=bad & live)
 
-    new = exact
-    if post:  # post rows read the exact checkpoint: base == exact
+    tl.debug_barrier()  # the new u records written above are visible to every thread of the fold
+    new = base
+    if post:  # post rows read the exact checkpoint: base is exact
         if RAW:
-            new = _fold_raw(exact, rk, rla, rv, rbeta, xk, xla, xv, xbeta, count0, T, offs_k, mask_k, cols_v,
+            new = _fold_raw(base, rk, rla, rv, rbeta, xk, xla, xv, xbeta, count0, T, offs_k, mask_k, cols_v,
                             mask_v, KS, LS, US, HV, L, DECAY, CD)
         else:
-            n = count0 + T
-            G, KWp = _decayed_keys(KW, LA, LN, j, n - 1, DECAY)
-            new = _fold(exact, G, KWp, tl.where((j < n)[:, None], U, 0.0), DECAY, USE_DOT)
+            new = _fold(base, rk, rla, ru, xk, xla, count0, count0 + T, offs_k, mask_k, cols_v, mask_v,
+                        KS, LS, US, L, DECAY, CD)
     if flush:
         if SR:
             if LAYOUT_KV:
@@ -327,7 +331,7 @@ class ReplaySpec:
 
 
 def tiling(spec: ReplaySpec, K: int, V: int, rows: int, Hv: int, block_v: Optional[int] = None):
-    """``(BK, BV, BL, use_dot, num_warps)`` of a call over ``rows`` rows.
+    """``(BK, BV, BL, num_warps)`` of a call over ``rows`` rows.
 
     Programs that quantize a row-scaled read copy must own whole physical rows (kv layout: all of V);
     otherwise value tiles of ~4K elements, halved while the grid would leave SMs idle.
@@ -345,10 +349,8 @@ def tiling(spec: ReplaySpec, K: int, V: int, rows: int, Hv: int, block_v: Option
             BV = max(BV, 16)
         else:
             BK = max(BK, 16)
-    use_dot = BK >= 16 and BV >= 16
-    BL = max(16 if use_dot else 1, triton.next_power_of_2(spec.window))
     num_warps = 8 if BK * BV >= 8192 else (4 if BK * BV >= 1024 else 2)
-    return BK, BV, BL, use_dot, num_warps
+    return BK, BV, triton.next_power_of_2(spec.window), num_warps
 
 
 def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[torch.Tensor], out: Optional[torch.Tensor],
@@ -372,10 +374,7 @@ def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[t
     if B == 0:
         return
     cd = torch.float64 if state.dtype == torch.float64 else torch.float32
-    BK, BV, BL, use_dot, num_warps = tiling(spec, K, V, B, Hv, block_v)
-    use_dot = use_dot and cd == torch.float32
-    if not use_dot:
-        BL = triton.next_power_of_2(spec.window)
+    BK, BV, BL, num_warps = tiling(spec, K, V, B, Hv, block_v)
     read = buf.read or {}
     dummy = ring["k"]
     sr_mant, sr_emin = SR_FORMATS.get(str(state.dtype).removeprefix("torch."), (0, 0))
@@ -392,7 +391,7 @@ def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[t
         state.stride(0), state.stride(1), stride_sk, stride_sv,
         BL=BL, HV=Hv, GROUP=Hv // spec.k_heads, K=K, V=V, BK=BK, BV=BV, DELTA=spec.delta,
         READ=READ_CODES[spec.read_format], LAYOUT_KV=spec.layout == "kv", SR=spec.stochastic_rounding,
-        SR_MANT=sr_mant, SR_EMIN=sr_emin, USE_DOT=use_dot, CD=tl.float64 if cd == torch.float64 else tl.float32,
+        SR_MANT=sr_mant, SR_EMIN=sr_emin, CD=tl.float64 if cd == torch.float64 else tl.float32,
         num_warps=num_warps, **flags)
     finalize_kernel[(B,)](
         k, log_a, beta, slot_arg, ring["k"], ring.get("log_a", dummy), ring.get("beta", dummy),
