@@ -13,6 +13,7 @@ and prints a summary. Not collected by pytest (no test_ prefix).
 
 import argparse
 import os
+import re
 import sys
 
 import torch
@@ -82,13 +83,26 @@ def record(family, batch, new_tokens, prompt_len, dtype=torch.float32, continue_
     return recorder, summary
 
 
+def shorten(code):
+    """Readable graph code (not runnable): `l_self_modules_model_modules_layers_modules_0_modules_mixer_
+    parameters_A_log_` -> `<model.layers.0.mixer.A_log>`, Dynamo's `;  x = None` frees dropped."""
+    def module_path(match):
+        path = match.group(1).replace("_modules_", ".").replace("_parameters_", ".").replace("_buffers_", ".")
+        return f"<{path.removeprefix('modules_')}>"
+
+    code = re.sub(r"\bl?_?[lL]_self_(\w+?)_\b", module_path, code)
+    return re.sub(r";  [^;\n]+ = None$", "", code, flags=re.MULTILINE)
+
+
 def write(recorder, directory):
+    """graph_<n>.py (exact code) and graph_<n>.short.py (shortened names) per recorded graph."""
     os.makedirs(directory, exist_ok=True)
     for index, graph in enumerate(recorder.graphs):
-        with open(os.path.join(directory, f"graph_{index}.py"), "w") as handle:
-            handle.write(f"# compile id {graph['compile_id']}\n# placeholders:\n")
-            handle.writelines(f"#   {line}\n" for line in graph["placeholders"])
-            handle.write(graph["code"])
+        header = f"# compile id {graph['compile_id']}\n# placeholders:\n"
+        header += "".join(f"#   {line}\n" for line in graph["placeholders"])
+        for suffix, code in (("", graph["code"]), (".short", shorten(graph["code"]))):
+            with open(os.path.join(directory, f"graph_{index}{suffix}.py"), "w") as handle:
+                handle.write(header + code)
 
 
 def main(argv=None):
