@@ -10,15 +10,13 @@ is copied or snapshotted. Greedy speculative output is token-identical to greedy
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import replay_compile  # noqa: E402
-from hybrid_lm import DraftModelDrafter, HybridLM, PromptLookupDrafter  # noqa: E402
+import replay_compile
+from replay_compile.toy import DraftModelDrafter, HybridLM, PromptLookupDrafter
 
 
 @torch.no_grad()

@@ -5,7 +5,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
-from hybrid_lm import HybridLM  # noqa: E402
+from replay_compile.toy import HybridLM  # noqa: E402
 from speculative_decoding import greedy, speculative  # noqa: E402
 
 
