@@ -86,7 +86,9 @@ def _torch_dtype(name):
 def _row_scale(x: torch.Tensor, qmax: float) -> torch.Tensor:
     amax = x.abs().amax(-1)
     amax = torch.where(torch.isfinite(amax), amax, torch.zeros_like(amax))
-    return torch.where(amax > 0, amax / qmax, torch.ones_like(amax))
+    # a multiply by the fp32 reciprocal: what CUDA torch does for ``tensor / python_scalar`` (CPU torch
+    # divides), so CPU, GPU and the Triton kernels agree bit for bit
+    return torch.where(amax > 0, amax * (1.0 / qmax), torch.ones_like(amax))
 
 
 def _fp4_quantize(x: torch.Tensor) -> dict[str, torch.Tensor]:

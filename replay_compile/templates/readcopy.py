@@ -7,7 +7,8 @@ at 0): the launcher gives kv-layout states with fp8/fp4 read copies one value ti
 
 Format codes: 0 none, 1 bf16/fp16 (plain cast), 2 fp8-e4m3 + fp32 row scale, 3 e2m1 (two codes a byte,
 low nibble = even column) + e4m3 block scale per 16 + fp32 row scale. Divisions use ``tl.div_rn`` so
-scales and codes match torch's IEEE division bit for bit.
+scales and codes match torch's IEEE division bit for bit (row scales multiply by ``1 / qmax`` in fp32,
+as ``quant._row_scale`` does).
 """
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ def _to_physical(x, LAYOUT_KV: tl.constexpr):
 def _row_scale(amax, qmax):
     finite = amax < float("inf")
     amax = tl.where(finite, amax, 0.0)
-    return tl.where(amax > 0, tl.div_rn(amax, tl.full(amax.shape, qmax, tl.float32)), 1.0)
+    return tl.where(amax > 0, amax * (1.0 / qmax), 1.0)  # fp32 reciprocal, as quant._row_scale
 
 
 @triton.jit
