@@ -37,7 +37,7 @@ import torch
 import torch.fx as fx
 
 from ..families import families as registered_families
-from .normal_form import (LABELS, METADATA, SHAPE_ONLY_ARGS, STATE, Contract, Form, Interpreter, Leaf, Mono, Unsupported,
+from .normal_form import (LABELS, METADATA, SHAPE_ONLY_ARGS, STATE, atoms, Contract, Form, Interpreter, Leaf, Mono, Unsupported,
                           describe, dtype_of, inplace_of, is_bare_state, match_multiset, op_name, shape_of)
 
 
@@ -288,7 +288,7 @@ def _check_final(index, interp, P, atom, live, anc_reads, mutated, has_steps):
 
 
 def _split_step(form: Form):
-    present = [a for a in form.axes if a is not None]
+    present = atoms(form.axes)
     if sorted(present) != sorted(LABELS):
         return None
     decay = [m for m in form.terms if STATE in m.factors]
@@ -316,8 +316,7 @@ def _read_parts(form: Form):
     outer = [f for f in m.factors if f is not c]
     if any(f.free - {"b", "h", other} for f in outer):
         return None
-    labels = [a for a in form.axes if a is not None]
-    if sorted(labels) != sorted(["b", "h", other]):
+    if sorted(atoms(form.axes)) != sorted(["b", "h", other]):
         return None
     return c.label, m.sign * c.mono.sign, inner, outer
 

@@ -19,10 +19,21 @@ A value is a sum of monomials ``sign * prod(factors)``; a factor is
 Multiplication distributes, sums concatenate, reductions become ``Contract`` around the factors
 that carry the reduced label. A monomial containing ``STATE`` twice is nonlinear: interpretation
 fails and the caller rejects the state with the recorded reason.
+
+# NOTE [flat axes]
+A leaf may span a state axis it does not vary along: Mamba-2 models expand ``exp(dt * A)`` to the
+full ``[B, H, P, N]`` before multiplying. ``constant_along`` follows elementwise ops, expands and
+views back to the inputs; the canonical input then takes index 0 along such axes.
+
+# NOTE [merged axes]
+``state.view(B * H, P, N)`` (Mamba-2's batched ``bmm`` read) merges adjacent labelled axes: such an
+axis is labelled by a tuple (``("b", "h")``) and splits back on a later reshape. A merged axis may
+be broadcast against and carried, not summed over.
 """
 from __future__ import annotations
 
 import dataclasses
+import math
 import operator
 from typing import Optional, Union
 
@@ -46,10 +57,11 @@ class Leaf:
     labels: tuple
     power: int = 1
     const: float = 1.0
+    flat: frozenset = frozenset()   # labels the value is constant along (broadcast before, NOTE [flat axes])
 
     @property
     def free(self) -> frozenset:
-        return frozenset(x for x in self.labels if x is not None)
+        return frozenset(atoms(self.labels)) - self.flat
 
 
 class _State:
@@ -95,6 +107,48 @@ class Form:
 
     axes: tuple
     terms: tuple
+
+
+def atoms(axes) -> list:
+    """State labels of ``axes``, merged axes (tuples, NOTE [merged axes]) flattened in order."""
+    out = []
+    for a in axes:
+        if isinstance(a, tuple):
+            out.extend(a)
+        elif a is not None:
+            out.append(a)
+    return out
+
+
+def axis_size(sizes: dict, a) -> int:
+    return 1 if a is None else math.prod(sizes[x] for x in a) if isinstance(a, tuple) else sizes[a]
+
+
+def reshape_axes(axes, sizes: dict, out_shape) -> tuple:
+    """Axes after reshaping a value with ``axes`` to ``out_shape``: labelled axes may merge (a tuple)
+    or split back, size-1 axes come and go (NOTE [merged axes])."""
+    flat = [(a, sizes[a]) for a in atoms(axes)]
+    out, i = [], 0
+    for s in out_shape:
+        if s == 1:
+            if i < len(flat) and flat[i][1] == 1:
+                i += 1
+            out.append(None)
+            continue
+        group, prod = [], 1
+        while i < len(flat) and prod < s:
+            if flat[i][1] != 1 or prod * flat[i][1] < s:
+                group.append(flat[i][0])
+            prod *= flat[i][1]
+            i += 1
+        if prod != s or not group:
+            raise Unsupported("reshape", "a reshape that splits a state axis")
+        out.append(group[0] if len(group) == 1 else tuple(group))
+    while i < len(flat) and flat[i][1] == 1:
+        i += 1
+    if i != len(flat):
+        raise Unsupported("reshape", "a reshape that drops a state axis")
+    return tuple(out)
 
 
 def state_form(axes=LABELS) -> Form:
@@ -314,6 +368,8 @@ class Interpreter:
         dims = sorted({d % nd for d in dims})
         terms = f.terms
         for d in dims:
+            if isinstance(f.axes[d], tuple):
+                raise Unsupported("merged_sum", "a sum over merged state axes")
             if f.axes[d] is not None:
                 terms = contract(terms, f.axes[d])
         axes = tuple(None if i in dims else a for i, a in enumerate(f.axes)) if keep else \
@@ -388,13 +444,8 @@ class Interpreter:
                 if a is None and s != 1:
                     raise Unsupported("expand", "expanding the state along a new axis")
             return Form(tuple(new), f.terms)
-        # squeeze / view / reshape / flatten: only adding or removing size-1 axes keeps the labels
-        kept = [a for a in axes if a is not None]
-        sizes = [s for s in out if s != 1]
-        if len(sizes) != len(kept) or any(self.sizes[a] != s for a, s in zip(kept, sizes)):
-            raise Unsupported("reshape", f"{name} that merges or splits state axes")
-        it = iter(kept)
-        return Form(tuple(next(it) if s != 1 else None for s in out), f.terms)
+        # squeeze / view / reshape / flatten / unflatten: sizes decide which axes merge or split
+        return Form(reshape_axes(axes, self.sizes, out), f.terms)
 
     # -- products and sums in letter space
     def _label_map(self, ops, out_letters):
@@ -409,10 +460,10 @@ class Interpreter:
                         if lab.get(l, a) != a:
                             raise Unsupported("axes", f"axis {l} joins state axes {lab[l]} and {a}")
                         lab[l] = a
-                        size[l] = self.sizes[a]
+                        size[l] = axis_size(self.sizes, a)
                 else:
                     size[l] = max(size.get(l, 1), shp[i])
-        used = set(lab.values())
+        used = set(atoms(lab.values()))
         for l in list(dict.fromkeys(sum((list(ls) for _, ls in ops), []))):
             if l in lab or size.get(l, 1) == 1:
                 continue
@@ -444,9 +495,11 @@ class Interpreter:
             terms = poly_mul(terms, self._poly(x, letters, lab, invert=bool(invert and invert[i])))
         for l in dict.fromkeys(sum((list(ls) for _, ls in ops), [])):
             if l not in out_letters and lab.get(l) is not None:
+                if isinstance(lab[l], tuple):
+                    raise Unsupported("merged_sum", "a sum over merged state axes")
                 terms = contract(terms, lab[l])
         axes = tuple(lab.get(l) for l in out_letters)
-        if len({a for a in axes if a}) != len([a for a in axes if a]):
+        if len(set(atoms(axes))) != len(atoms(axes)):
             raise Unsupported("axes", "a state axis appears twice in one value")
         return Form(axes, terms)
 
@@ -506,10 +559,10 @@ def _index_axes(axes, idx):
 def factorize(node: fx.Node, labels: tuple, sizes: dict, depth: int = 0) -> tuple:
     """Polynomial of an S-independent value whose dims carry ``labels``: products, broadcasts, views
     and casts are looked through, so ``k[..., None] * v[..., None, :]`` becomes two leaves."""
-    leaf = (Mono(1, (Leaf(node, labels),)),)
-    if depth > 32 or not isinstance(node, fx.Node) or len(set(l for l in labels if l)) != len([l for l in labels if l]):
-        if len(set(l for l in labels if l)) != len([l for l in labels if l]):
-            raise Unsupported("axes", "a value spans one state axis twice")
+    if len(set(atoms(labels))) != len(atoms(labels)):
+        raise Unsupported("axes", "a value spans one state axis twice")
+    leaf = (Mono(1, (Leaf(node, labels, flat=constant_along(node, labels, sizes)),)),)
+    if depth > 32 or not isinstance(node, fx.Node):
         return leaf
     name = op_name(node)
     args = node.args
@@ -529,12 +582,45 @@ def factorize(node: fx.Node, labels: tuple, sizes: dict, depth: int = 0) -> tupl
         if name in ("matmul", "bmm", "__matmul__") and len(args) == 2:
             return _factorize_outer_matmul(node, labels, sizes, depth)
         if name in VIEWS and isinstance(args[0], fx.Node):
-            src = _view_source_labels(node, name, labels)
+            src = _view_source_labels(node, name, labels, sizes)
             if src is not None:
                 return factorize(args[0], src, sizes, depth + 1)
     except Unsupported:
         return leaf
     return leaf
+
+
+ELEMENTWISE = {"exp", "softplus", "sigmoid", "clamp", "clip", "neg", "mul", "add", "sub", "div", "log", "silu",
+               "sqrt", "rsqrt", "pow", "tanh", "abs", "reciprocal", "exp2", "log1p", "expm1", "square", "relu",
+               "logsigmoid"} | CASTS
+
+
+def constant_along(node, labels, sizes, depth: int = 0) -> frozenset:
+    """State labels of ``labels`` along which ``node``'s value cannot vary (NOTE [flat axes])."""
+    mine = frozenset(atoms(labels))
+    if not mine or depth > 24 or not isinstance(node, fx.Node):
+        return mine if not isinstance(node, fx.Node) else frozenset()
+    name = op_name(node)
+    shp = shape_of(node)
+    if shp is None:
+        return frozenset()
+    if name in ELEMENTWISE:
+        out = mine
+        for a in list(node.args) + list(node.kwargs.values()):
+            if isinstance(a, fx.Node) and shape_of(a) is not None:
+                sub = _broadcast_labels(labels, shape_of(a))
+                out &= constant_along(a, sub, sizes, depth + 1) | (mine - frozenset(atoms(sub)))
+        return out
+    if name in VIEWS and node.args and isinstance(node.args[0], fx.Node):
+        src = _view_source_labels(node, name, labels, sizes)
+        if src is not None:
+            return constant_along(node.args[0], src, sizes, depth + 1) | (mine - frozenset(atoms(src)))
+    return frozenset()
+
+
+def _broadcast_labels(labels, shape) -> tuple:
+    sub = labels[len(labels) - len(shape):] if shape else ()
+    return tuple(l if s != 1 else None for l, s in zip(sub, shape))
 
 
 def _factorize_einsum(node, labels, sizes, depth):
@@ -577,7 +663,7 @@ def _sub_factor(x, labels, sizes, depth):
     return factorize(x, sub, sizes, depth + 1)
 
 
-def _view_source_labels(node, name, labels) -> Optional[tuple]:
+def _view_source_labels(node, name, labels, sizes) -> Optional[tuple]:
     """Labels of a view's input given the view's labels (None when the view is not a relabelling)."""
     src = node.args[0]
     shp = shape_of(src)
@@ -610,12 +696,11 @@ def _view_source_labels(node, name, labels) -> Optional[tuple]:
     if name in ("expand", "expand_as"):
         pad = len(labels) - len(shp)
         return tuple(l if s != 1 else None for l, s in zip(labels[pad:], shp))
-    if name in ("squeeze", "view", "reshape"):
-        kept = [l for l in labels if l is not None]
-        if sum(1 for s in shp if s != 1) != len(kept):
+    if name in ("squeeze", "view", "reshape", "flatten", "unflatten", "view_as", "reshape_as"):
+        try:
+            return reshape_axes(labels, sizes, shp)
+        except Unsupported:
             return None
-        it = iter(kept)
-        return tuple(next(it) if s != 1 else None for s in shp)
     return None
 
 
@@ -669,9 +754,13 @@ def describe(form: Form) -> str:
         if isinstance(x, Contract):
             return f"sum_{x.label}({m(x.mono)})"
         base = x.node.name if x.node is not None else repr(x.const)
-        return f"{base}[{''.join(l or '1' for l in x.labels)}]" + ("^-1" if x.power < 0 else "")
+        return f"{base}[{''.join(map(_ax, x.labels))}]" + ("^-1" if x.power < 0 else "")
 
     def m(mono):
         return ("-" if mono.sign < 0 else "") + "*".join(f(x) for x in mono.factors)
-    return f"[{''.join(a or '1' for a in form.axes)}] " + " + ".join(m(t) for t in form.terms)
+    return f"[{''.join(map(_ax, form.axes))}] " + " + ".join(m(t) for t in form.terms)
+
+
+def _ax(a) -> str:
+    return "1" if a is None else f"({''.join(a)})" if isinstance(a, tuple) else a
 

@@ -44,11 +44,36 @@ class _Builder:
             self._sizes[label] = self.call("size", self.state, _DIM[label], method=True)
         return self._sizes[label]
 
-    def align(self, node, labels, target) -> fx.Node:
-        """``node`` (dims labelled ``labels``) viewed with axes ``target`` (missing axes size 1)."""
-        x, present = node, [l for l in labels if l is not None]
-        for d in reversed([i for i, l in enumerate(labels) if l is None]):
-            x = self.call("squeeze", x, d, method=True)
+    def align(self, node, labels, target, flat=frozenset()) -> fx.Node:
+        """``node`` (dims labelled ``labels``) viewed with axes ``target`` (missing axes size 1).
+
+        Merged axes (NOTE [merged axes] in ``normal_form``) are split first and merged again last.
+        """
+        x = node
+        for d in reversed(range(len(labels))):
+            if isinstance(labels[d], tuple):
+                x = self.call("unflatten", x, d, [self.size(a) for a in labels[d]], method=True)
+        labels = tuple(y for l in labels for y in (l if isinstance(l, tuple) else (l,)))
+        flat_target = tuple(y for l in target for y in (l if isinstance(l, tuple) else (l,)))
+        x = self._align_atoms(x, labels, flat_target, flat)
+        start = 0
+        merges = []
+        for l in target:
+            width = len(l) if isinstance(l, tuple) else 1
+            if width > 1:
+                merges.append((start, start + width - 1))
+            start += width
+        for a, b in reversed(merges):
+            x = self.call("flatten", x, a, b, method=True)
+        return x
+
+    def _align_atoms(self, x, labels, target, flat) -> fx.Node:
+        for d in reversed(range(len(labels))):
+            if labels[d] is None:
+                x = self.call("squeeze", x, d, method=True)
+            elif labels[d] in flat:  # constant along this axis: any index will do
+                x = self.call(torch.select, x, d, 0)
+        present = [l for l in labels if l is not None and l not in flat]
         if any(l not in target for l in present):
             raise Rejected("internal", f"factor axes {labels} do not fit {target}")
         perm = sorted(range(len(present)), key=lambda i: target.index(present[i]))
@@ -62,7 +87,7 @@ class _Builder:
     def leaf(self, f, target):
         if f.node is None:
             return None, f.const ** f.power
-        x = self.align(f.node, f.labels, target)
+        x = self.align(f.node, f.labels, target, f.flat)
         return (x if f.power == 1 else self.call(torch.reciprocal, x)), 1.0
 
     def product(self, leaves, target, scale: float = 1.0):
@@ -90,8 +115,7 @@ class _Builder:
                 const += f.power * math.log(f.const)
                 continue
             arg = exp_argument(f.node)
-            x = self.align(arg, f.labels, target) if arg is not None else \
-                self.align(self.call(torch.log, f.node), f.labels, target)
+            x = self.align(arg if arg is not None else self.call(torch.log, f.node), f.labels, target, f.flat)
             if f.power != 1:
                 x = self.call(torch.neg, x)
             out = x if out is None else self.call(torch.add, out, x)
@@ -202,7 +226,7 @@ def _grouped(b: _Builder, leaves, target, groups):
     """The canonical ``[B, Hk, K]`` input of grouped heads: the value before ``repeat_interleave``."""
     x, _ = _repeated_heads(leaves)
     f = leaves[0]
-    x = b.align(x, f.labels, target)
+    x = b.align(x, f.labels, target, f.flat)
     sizes = [b.call("size", x, i, method=True) if l == "h" else b.size(l) for i, l in enumerate(target)]
     return b.call("contiguous", b.call("expand", x, *sizes, method=True), method=True)
 
