@@ -1,11 +1,18 @@
-"""The replay decode template: one launch serves every row of a step, verify or materialize.
+"""The replay decode template: one launch of it serves every row of a step, verify or materialize.
 
 One program owns one (row, value head, value tile): it loads its ``[K, BV]`` checkpoint tile once
 (or, on rows that do not flush, the read copy's tile), gathers the row's window of records
 (ring positions below the row's count, then this call's ``T`` tokens), computes the ``T`` outputs, and
 only on rows that flush folds the window (a rank-L update) and writes the checkpoint and read copy.
 Everything per row (flush or not, where the window ends) comes from the device cursors inside the
-kernel (``cursors.row_phase``): there is no host sync, so a step can be captured in a CUDA graph.
+kernel (``cursors.row_phase``): there is no host sync, so a step can be captured in a CUDA graph. A tiny
+per-row launch (``cursors.finalize_kernel``) follows it to move the cursors.
+
+Registers decide this kernel's speed (it is memory-bound and needs many resident warps): the window
+the outputs read is held in registers (``[L, K]`` keys, ``[L, BV]`` updates), but flush folds re-read
+their records from memory one position at a time (``_fold``), so the flush path, which only 1/L of
+rows take, costs no registers on the others (a ``tl.dot`` fold took the kernel to 254 registers and
+0.55-0.68x of the standard kernel on the H200; the sequential fold to 96-168 registers).
 
 Specialisation (constexpr): decay kind x delta rule (the family's ``template``), raw delta folds,
 read-copy format, layout (strides + ``LAYOUT_KV``), head dims, grouping, window ``L``, draft length
@@ -349,7 +356,8 @@ def tiling(spec: ReplaySpec, K: int, V: int, rows: int, Hv: int, block_v: Option
             BV = max(BV, 16)
         else:
             BK = max(BK, 16)
-    num_warps = 8 if BK * BV >= 8192 else (4 if BK * BV >= 1024 else 2)
+    # whole-row tiles (128 x 128 for fp8/fp4 read copies on kv states) spill at 8 warps (sm_90, ptxas -v)
+    num_warps = 16 if BK * BV >= 16384 else (8 if BK * BV >= 8192 else (4 if BK * BV >= 1024 else 2))
     return BK, BV, triton.next_power_of_2(spec.window), num_warps
 
 
