@@ -25,37 +25,51 @@ from tiny import FAMILIES, continue_greedy, greedy, prompts, tiny_model  # noqa:
 
 
 class GraphRecorder:
-    """A torch.compile backend that keeps every graph it receives and runs it eagerly."""
+    """A torch.compile backend that keeps every graph it receives and runs it eagerly.
+
+    Each entry of `graphs`: compile_id, gm (the GraphModule), sources ({placeholder name: Dynamo source
+    name}; the source is only readable while the backend runs), static (placeholder names whose real
+    input carries `_dynamo_static_input_type`), placeholders (one summary line each), code.
+    """
 
     def __init__(self):
         self.graphs = []
 
     def __call__(self, gm, example_inputs, **kwargs):
+        placeholders = list(gm.graph.find_nodes(op="placeholder"))
         self.graphs.append(
             dict(
                 compile_id=str(torch._guards.CompileContext.current_compile_id()),
-                placeholders=[
-                    describe_placeholder(node, example)
-                    for node, example in zip(gm.graph.find_nodes(op="placeholder"), example_inputs)
-                ],
+                gm=gm,
+                sources={node.name: source_name(node) for node in placeholders},
+                static={
+                    node.name
+                    for node, example in zip(placeholders, example_inputs)
+                    if getattr(example, "_dynamo_static_input_type", None)
+                },
+                placeholders=[describe_placeholder(node, ex) for node, ex in zip(placeholders, example_inputs)],
                 code=gm.code,
-                graph=str(gm.graph),
             )
         )
         return gm.forward
 
 
+def source_name(node):
+    grapharg = node.meta.get("grapharg")
+    if grapharg is None:
+        return "?"
+    name = grapharg.source.name
+    return name() if callable(name) else name
+
+
 def describe_placeholder(node, example):
     """'name: source shape dtype [static]' for one placeholder of a Dynamo graph and its real input."""
-    grapharg = node.meta.get("grapharg")
-    source = grapharg.source.name if grapharg is not None else "?"
-    source = source() if callable(source) else source
     value = node.meta.get("example_value")
     if isinstance(value, torch.Tensor):
         static = getattr(example, "_dynamo_static_input_type", None)
         static = f" static={static}" if static else ""
-        return f"{node.name}: {source} {tuple(value.shape)} {value.dtype}{static}"
-    return f"{node.name}: {source} {type(value).__name__} {value}"
+        return f"{node.name}: {source_name(node)} {tuple(value.shape)} {value.dtype}{static}"
+    return f"{node.name}: {source_name(node)} {type(value).__name__} {value}"
 
 
 def record(family, batch, new_tokens, prompt_len, dtype=torch.float32, continue_len=0):
