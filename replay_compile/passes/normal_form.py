@@ -207,6 +207,7 @@ CASTS = {"to", "float", "double", "type_as", "contiguous", "clone", "type", "hal
 VIEWS = {"getitem", "view", "reshape", "transpose", "permute", "unsqueeze", "squeeze", "expand", "expand_as",
          "select", "narrow", "t", "flatten", "unflatten", "as_strided", "view_as", "reshape_as", "movedim",
          "swapaxes"}
+ALIASING = VIEWS | (CASTS - {"clone"})  # results that may share the state's memory
 METADATA = {"size", "dim", "stride", "numel", "data_ptr", "is_contiguous", "element_size", "get_device",
             "zeros_like", "ones_like", "empty_like", "new_zeros", "new_ones", "new_empty", "new_full"}
 SHAPE_ONLY_ARGS = {"expand_as", "view_as", "type_as", "reshape_as"}  # their second argument gives a shape/dtype
@@ -214,7 +215,9 @@ OVERWRITE = {"copy_", "fill_", "zero_"}
 
 
 def inplace_of(node: fx.Node) -> bool:
-    """In-place tensor method (``x.mul_(y)``, ``x *= y``): its value is its first argument, mutated."""
+    """In-place tensor method (``x.mul_(y)``, ``x *= y``, ``x[i] = y``): its value is its first argument, mutated."""
+    if node.op == "call_function" and node.target is operator.setitem:
+        return isinstance(node.args[0], fx.Node)
     name = op_name(node)
     return bool(name) and name.endswith("_") and not name.startswith("_") and node.args and \
         isinstance(node.args[0], fx.Node)
@@ -304,13 +307,15 @@ class Interpreter:
         if n.op == "call_method" and n.target in OVERWRITE:
             if n.target != "copy_":
                 raise Unsupported("overwrite", f"{n.target} of the state")
-            if n.args[0].op != "placeholder" and op_name(self.resolve(n, n.args[0])) in VIEWS:
+            if n.args[0].op != "placeholder" and op_name(self.resolve(n, n.args[0])) in ALIASING:
                 raise Unsupported("view_write", "in-place write through a view of the state")
             return self.align_to(args[1], shape_of(n))
         if inplace_of(n):
             target = self.resolve(n, n.args[0])
-            if op_name(target) in VIEWS or (target.op == "call_method" and op_name(n.args[0]) in VIEWS):
-                raise Unsupported("view_write", "in-place write through a view of the state")
+            if op_name(target) in ALIASING or op_name(n.args[0]) in ALIASING:
+                raise Unsupported("view_write", "in-place write through a view or alias of the state")
+            if name is None:
+                raise Unsupported("unsupported_op", "item assignment into the state")
             name = name[:-1]
         if name in CASTS:
             return self.form_of(args[0], "cast")
