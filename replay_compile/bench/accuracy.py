@@ -120,30 +120,36 @@ def run_family(name, args, device):
                                        delta=fam.delta)
         ref_S.copy_(new_ref)  # in place: a CUDA graph replays on fixed addresses
         for i, var in enumerate(variants.values()):
-            t_out[i].copy_(_metrics(var.step(x), o_ref, W, groups))
+            o = var.step(x)
+            if t_out is not None:
+                t_out[i].copy_(_metrics(o, o_ref, W, groups))
 
-    chunk = args.chunk if device.type == "cuda" else 1
-    hist = torch.zeros(args.steps // chunk * chunk, len(variants), 2, 2, device=device)
+    # only the `avg` tokens before each reported length are measured (metrics cost more than the steps)
+    chunk = args.chunk if device.type == "cuda" else args.avg
+    assert args.avg <= chunk and args.first % chunk == 0, "--avg <= --chunk and --first a multiple of --chunk"
+    n_chunks = args.steps // chunk
+    measured = {t // chunk - 1 for t in _checkpoints(n_chunks * chunk, args.first)}
     buf = torch.zeros(chunk, len(variants), 2, 2, device=device)
-    run_chunk = lambda: [one_token(buf[c]) for c in range(chunk)]  # noqa: E731
+    runs = {False: lambda: [one_token(None) for _ in range(chunk)],
+            True: lambda: [one_token(buf[c]) for c in range(chunk)]}
     if device.type == "cuda":
-        run_chunk()  # warm up (compiles kernels) outside the graph
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            run_chunk()
-        run_chunk = graph.replay
-    start = time.perf_counter()
-    for c in range(hist.shape[0] // chunk):
-        run_chunk()
-        hist[c * chunk:(c + 1) * chunk].copy_(buf)
-        if args.progress and c % max(1, hist.shape[0] // chunk // 10) == 0:
-            print(f"  {name}: {c * chunk:>7}/{hist.shape[0]} tokens", flush=True)
-    if device.type == "cuda":
-        torch.cuda.synchronize()
+        for m in (False, True):
+            runs[m]()  # warm up (compiles kernels) outside the graph
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                runs[m]()
+            runs[m] = graph.replay
+    hist, start = {}, time.perf_counter()
+    for c in range(n_chunks):
+        runs[c in measured]()
+        if c in measured:
+            hist[(c + 1) * chunk] = buf[chunk - args.avg:].mean(0).cpu()
+        if args.progress and c % max(1, n_chunks // 10) == 0:
+            print(f"  {name}: {c * chunk:>7}/{n_chunks * chunk} tokens", flush=True)
     elapsed = time.perf_counter() - start
     if args.progress:
-        print(f"  {name}: {hist.shape[0]} tokens in {elapsed:.1f} s")
-    return _summarize(hist.cpu(), list(variants), args), elapsed
+        print(f"  {name}: {n_chunks * chunk} tokens in {elapsed:.1f} s")
+    return _summarize(hist, list(variants)), elapsed
 
 
 def _checkpoints(steps, first):
@@ -154,16 +160,11 @@ def _checkpoints(steps, first):
     return pts
 
 
-def _summarize(hist, names, args):
-    """Mean error / KL over the last ``args.avg`` tokens before each log-spaced length."""
-    out = {}
-    for i, name in enumerate(names):
-        out[name] = {}
-        for g, group in enumerate(("long", "short")):
-            out[name][group] = {t: {"err": float(hist[t - args.avg:t, i, 0, g].mean()),
-                                    "kl": float(hist[t - args.avg:t, i, 1, g].mean())}
-                                for t in _checkpoints(hist.shape[0], args.first)}
-    return out
+def _summarize(hist, names):
+    """``{variant: {"long"|"short": {length: {"err", "kl"}}}}`` from ``hist[length] = [variant, metric, group]``."""
+    return {name: {group: {t: {"err": float(h[i, 0, g]), "kl": float(h[i, 1, g])} for t, h in sorted(hist.items())}
+                   for g, group in enumerate(("long", "short"))}
+            for i, name in enumerate(names)}
 
 
 def _targets(name, res, fam):
@@ -191,7 +192,7 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=131072)
     p.add_argument("--window", type=int, default=16)
     p.add_argument("--batch", type=int, default=2)
-    p.add_argument("--chunk", type=int, default=64, help="tokens per CUDA-graph replay")
+    p.add_argument("--chunk", type=int, default=128, help="tokens per CUDA-graph replay")
     p.add_argument("--first", type=int, default=1024, help="first reported length (then doubling)")
     p.add_argument("--avg", type=int, default=64, help="tokens averaged before each reported length")
     p.add_argument("--smoke", action="store_true", help="tiny heads, few steps: a CPU check of the harness")
