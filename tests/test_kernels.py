@@ -15,7 +15,7 @@ import triton
 import triton.language as tl
 
 from replay_compile.families import get_family
-from replay_compile.families.base import Canonical, kv_view
+from replay_compile.families.base import Canonical
 from replay_compile.runtime import rounding, triton_impl
 from replay_compile.runtime.state import ReplayState
 from replay_compile.templates.sround import SR_FORMATS, slot_seed, stochastic_round
