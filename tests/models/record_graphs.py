@@ -18,7 +18,9 @@ import sys
 
 import torch
 import torch._dynamo
+from torch._dynamo.backends.common import aot_autograd
 from torch._dynamo.utils import counters
+from torch._inductor.decomposition import select_decomp_table
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from tiny import FAMILIES, continue_greedy, greedy, prompts, tiny_model  # noqa: E402
@@ -64,7 +66,7 @@ def source_name(node):
 
 def describe_placeholder(node, example):
     """'name: source shape dtype [static]' for one placeholder of a Dynamo graph and its real input."""
-    value = node.meta.get("example_value")
+    value = node.meta.get("example_value", node.meta.get("val"))  # Dynamo graph, AOT graph
     if isinstance(value, torch.Tensor):
         static = getattr(example, "_dynamo_static_input_type", None)
         static = f" static={static}" if static else ""
@@ -72,17 +74,19 @@ def describe_placeholder(node, example):
     return f"{node.name}: {source_name(node)} {type(value).__name__} {value}"
 
 
-def record(family, batch, new_tokens, prompt_len, dtype=torch.float32, continue_len=0):
+def record(family, batch, new_tokens, prompt_len, dtype=torch.float32, continue_len=0, aot=False):
     """Compile `model.forward` with a GraphRecorder, run greedy generation, return (recorder, summary).
 
     With `continue_len` > 0, a second generate continues on the same cache with `continue_len` more
-    prompt tokens (the multi-token path reading an existing state).
+    prompt tokens (the multi-token path reading an existing state). With `aot`, the recorder sees the
+    functional ATen graphs AOTAutograd makes with Inductor's decompositions (no placeholder sources).
     """
     torch._dynamo.reset()
     counters.clear()
     model = tiny_model(family, dtype=dtype, seed=0)
     recorder = GraphRecorder()
-    model.forward = torch.compile(model.forward, backend=recorder)
+    backend = aot_autograd(fw_compiler=recorder, decompositions=select_decomp_table()) if aot else recorder
+    model.forward = torch.compile(model.forward, backend=backend)
     input_ids, attention_mask = prompts(batch, prompt_len, seed=1, left_pad=3 if batch > 1 else 0)
     sequences, _, cache = greedy(model, input_ids, attention_mask, new_tokens, return_cache=True)
     if continue_len:
@@ -127,15 +131,16 @@ def main(argv=None):
     parser.add_argument("--prompt-len", type=int, default=7)
     parser.add_argument("--continue-len", type=int, default=0, help="second generate on the same cache")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument("--aot", action="store_true", help="record AOTAutograd's functional ATen graphs")
     parser.add_argument("--out", default=None, help="directory for graph_<n>.py files")
     args = parser.parse_args(argv)
     for family in args.families or FAMILIES:
         recorder, summary = record(
-            family, args.batch, args.new_tokens, args.prompt_len, getattr(torch, args.dtype), args.continue_len
+            family, args.batch, args.new_tokens, args.prompt_len, getattr(torch, args.dtype), args.continue_len, args.aot
         )
         print(family, summary)
         if args.out:
-            tag = f"_cont{args.continue_len}" if args.continue_len else ""
+            tag = (f"_cont{args.continue_len}" if args.continue_len else "") + ("_aot" if args.aot else "")
             write(recorder, os.path.join(args.out, f"{family}_b{args.batch}_{args.dtype}{tag}"))
 
 
