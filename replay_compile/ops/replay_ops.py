@@ -5,7 +5,9 @@ Inputs are canonical and carry a token axis (``q, k [B, T, Hk, K]``, ``v [B, T, 
 compute dtype (float64 for float64 states, float32 otherwise), ``o[:, t] = S_t^T q_t``.
 
 # NOTE [advance semantics]
-T = 1: ``ReplayState.step`` (commits; folds when the ring fills). T > 1 without speculation: chunks of
+``read_old``: ``q`` has one more row, read from the state *before* the tokens (NOTE [reads of the old
+state] in ``passes.find_sites``); the output then has ``T + 1`` rows. T = 1: ``ReplayState.step``
+(commits; folds when the ring fills). T > 1 without speculation: chunks of
 at most L tokens, each ``verify`` then ``commit(all)``: eager semantics. Speculative sites append
 tentatively (``verify``); ``replay_compile.commit(obj, n_accepted)`` keeps the accepted records.
 The state is declared mutated (it is the checkpoint, written at flushes), so functionalization
@@ -29,8 +31,16 @@ def advance(state: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
             log_a: Optional[torch.Tensor], beta: Optional[torch.Tensor], config: str) -> torch.Tensor:
     """Append T tokens to the replay state of ``state`` and return their outputs ``[B, T, Hv, V]``."""
     rs = replay_state_for(state, config)
+    cfg = parse_config(config)
+    if cfg.get("read_old"):
+        old = _read_old(rs, q[:, :1], k, v, log_a, beta)
+        return torch.cat([old, _append(rs, q[:, 1:], k, v, log_a, beta, cfg["speculative"])], dim=1)
+    return _append(rs, q, k, v, log_a, beta, cfg["speculative"])
+
+
+def _append(rs, q, k, v, log_a, beta, speculative: bool) -> torch.Tensor:
     T = q.shape[1]
-    if parse_config(config)["speculative"] and T > 1:
+    if speculative and T > 1:
         return rs.verify(q, k, v, log_a, beta).clone()
     if T == 1:
         pick = lambda x: None if x is None else x[:, 0]  # noqa: E731
@@ -41,6 +51,14 @@ def advance(state: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
         outs.append(rs.verify(part(q), part(k), part(v), part(log_a), part(beta)))
         rs.commit(outs[-1].shape[1])
     return torch.cat(outs, dim=1)
+
+
+def _read_old(rs, q, k, v, log_a, beta):
+    """``S^T q`` of the state before this call's tokens: a neutral draft record, read, then dropped."""
+    first = lambda x: None if x is None else torch.zeros_like(x[:, :1])  # noqa: E731
+    o = rs.verify(q, first(k), first(v), first(log_a), first(beta))
+    rs.commit(0)
+    return o
 
 
 @advance.register_fake

@@ -142,10 +142,11 @@ class Site:
     returned: bool
     sizes: dict
     axes: dict = dataclasses.field(default_factory=dict)   # region node -> its axes (shape uses)
+    read_old: bool = False  # steps[0] is a read of the pre-update state, not a token
 
     @property
     def tokens(self) -> int:
-        return len(self.steps)
+        return len(self.steps) - self.read_old
 
     @property
     def state_shape(self) -> tuple:
@@ -198,7 +199,7 @@ def analyze(index: GraphIndex, P: fx.Node) -> Site:
     sizes = dict(zip(LABELS, shape_of(P)))
     mutated = index.final.get(P, P) is not P
     atom, axes = P, LABELS
-    gens, region, axes_of = [], set(), {}
+    gens, region, axes_of, old_reads = [], set(), {}, []
     while True:
         interp = Interpreter(sizes, index.resolve)
         interp.run(atom, axes, index.order[index.pos[atom] + 1:])
@@ -209,8 +210,8 @@ def analyze(index: GraphIndex, P: fx.Node) -> Site:
         anc_reads = index.ancestors(reads)
         if gens:
             gens[-1].reads = [(r, forms[r]) for r in reads]
-        elif reads and step is not None:
-            raise Rejected("read_old_state", "the output reads the state before its update")
+        elif step is not None:
+            old_reads = [(r, forms[r]) for r in reads]
         region |= live | {atom}
         axes_of.update({n: forms[n].axes for n in live | {atom} if n in forms})
         if step is None:
@@ -223,7 +224,7 @@ def analyze(index: GraphIndex, P: fx.Node) -> Site:
         atom, axes = step, forms[step].axes
     if not gens:
         raise Rejected("no_update", "no affine update of the state found")
-    site = _recognize(P, gens, region | {g.node for g in gens}, sizes, returned=not mutated)
+    site = _recognize(P, gens, old_reads, region | {g.node for g in gens}, sizes, returned=not mutated)
     site.axes = axes_of
     return site
 
@@ -322,8 +323,8 @@ def _read_parts(form: Form):
 
 
 # ----------------------------------------------------------------------------------- recognize
-def _orientation(gens) -> str:
-    votes = set()
+def _orientation(gens, old_reads) -> str:
+    votes = {_read_parts(form)[0] for _, form in old_reads}
     for g in gens:
         decay, outer = _split_step(g.form)
         for f in decay.factors:
@@ -350,8 +351,8 @@ def _sides(leaves, K, V):
     return k, u, s
 
 
-def _recognize(P, gens, region, sizes, returned) -> Site:
-    K = _orientation(gens)
+def _recognize(P, gens, old_reads, region, sizes, returned) -> Site:
+    K = _orientation(gens, old_reads)
     V = "c" if K == "r" else "r"
     steps, kinds = [], set()
     for g in gens:
@@ -370,8 +371,12 @@ def _recognize(P, gens, region, sizes, returned) -> Site:
     if len(kinds) != 1:
         raise Rejected("mixed_steps", "the unrolled steps are of different kinds")
     kind, delta = kinds.pop()
+    if old_reads:  # NOTE [reads of the old state]
+        q, reads = _query(old_reads, K)
+        steps.insert(0, Step(node=None, k=[], v=[], decay=[], q=q, reads=reads))
     return Site(placeholder=P, name=source_name(P), family=None, layout="kv" if K == "r" else "vk",
-                decay_kind=kind, delta=delta, key=K, steps=steps, region=region, returned=returned, sizes=sizes)
+                decay_kind=kind, delta=delta, key=K, steps=steps, region=region, returned=returned, sizes=sizes,
+                read_old=bool(old_reads))
 
 
 def _plain_step(node, outer, dleaves, K, V) -> Step:

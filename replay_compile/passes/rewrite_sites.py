@@ -125,6 +125,7 @@ class _Builder:
 
 
 def _leaf_nodes(step) -> list:
+    """Graph values a step's canonical inputs are built from."""
     leaves = list(step.k) + list(step.decay) + list(step.q or []) + list(step.beta or [])
     for _, vs in step.v:
         leaves += list(vs)
@@ -180,17 +181,23 @@ def rewrite_site(gm: fx.GraphModule, site: Site, options) -> None:
         raise Rejected("speculative_order", "a draft token's input depends on an earlier draft's output")
     K, V = site.key, ("c" if site.key == "r" else "r")
     groups = _common_groups(site)
-    cfg = site_config(family=site.family.name, window=options.window, layout=site.layout,
-                      k_heads=site.sizes["h"] // groups, read_dtype=options.read_dtype,
-                      stochastic_rounding=options.stochastic_rounding, kernels=options.kernels,
-                      speculative=options.speculative)
+    config = lambda read_old: site_config(  # noqa: E731
+        family=site.family.name, window=options.window, layout=site.layout, k_heads=site.sizes["h"] // groups,
+        read_dtype=options.read_dtype, stochastic_rounding=options.stochastic_rounding, kernels=options.kernels,
+        speculative=options.speculative, read_old=read_old)
     for first, last, anchor_pos, moved in chunks:
         anchor = order[anchor_pos + 1] if anchor_pos >= 0 else next(n for n in order if n.op != "placeholder")
         b = _Builder(g, anchor, site.placeholder)
         steps = site.steps[first:last + 1]
-        canon = [_canonical(b, s, K, V, site, groups) for s in steps]
+        read_old = site.read_old and first == 0
+        if read_old and len(steps) == 1:
+            raise Rejected("read_order", "the pre-update read feeds the update's inputs")
+        canon = [_canonical(b, s, K, V, site, groups) for s in steps[read_old:]]
         stacked = [None if c[0] is None else b.call(torch.stack, list(c), 1) for c in zip(*canon)]
-        o = b.call(torch.ops.replay_compile.advance.default, site.placeholder, *stacked, cfg)
+        if read_old:
+            q0 = _query_input(b, steps[0], K, groups)
+            stacked[0] = b.call(torch.cat, [b.call("unsqueeze", q0, 1, method=True), stacked[0]], 1)
+        o = b.call(torch.ops.replay_compile.advance.default, site.placeholder, *stacked, config(read_old))
         for t, s in enumerate(steps):
             o_t = b.call(torch.select, o, 1, t)
             for read, sign, outer, axes in s.reads:
@@ -231,14 +238,15 @@ def _grouped(b: _Builder, leaves, target, groups):
     return b.call("contiguous", b.call("expand", x, *sizes, method=True), method=True)
 
 
+def _query_input(b: _Builder, s, K, groups):
+    bhk = ("b", "h", K)
+    return _grouped(b, s.q, bhk, groups) if groups > 1 else b.full(b.product(s.q, bhk), bhk)
+
+
 def _canonical(b: _Builder, s, K, V, site: Site, groups: int = 1):
     bhk, bhv, bh = ("b", "h", K), ("b", "h", V), ("b", "h")
-    if groups > 1:
-        k = _grouped(b, s.k, bhk, groups)
-        q = _grouped(b, s.q, bhk, groups) if s.q else b.call(torch.zeros_like, k)
-    else:
-        k = b.full(b.product(s.k, bhk), bhk)
-        q = b.full(b.product(s.q, bhk), bhk) if s.q else b.call(torch.zeros_like, k)
+    k = _grouped(b, s.k, bhk, groups) if groups > 1 else b.full(b.product(s.k, bhk), bhk)
+    q = _query_input(b, s, K, groups) if s.q else b.call(torch.zeros_like, k)
     v = None
     for sign, leaves in s.v:
         term = b.product(leaves, bhv, float(sign))
