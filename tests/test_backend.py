@@ -357,3 +357,32 @@ def test_read_copy_option_reaches_the_runtime():
     assert rs.read_format is not None
     replay_compile.materialize(S)
     assert rel_rms(S, S_ref) <= 1e-5, "the fp32 checkpoint must stay exact under a bf16 read copy"
+
+
+# ------------------------------------------------------------------ transformers hybrids (slow)
+@pytest.mark.slow
+@pytest.mark.parametrize("model_type,family", [("mamba2", "mamba2"), ("nemotron_h", "mamba2"),
+                                               ("qwen3_next", "gated_deltanet"), ("qwen3_5", "gated_deltanet"),
+                                               ("kimi_linear", "kda"), ("minimax", "simple_gla")])
+def test_transformers_hybrid_decode_and_continuation(model_type, family):
+    """Tiny random-weight models: compiled greedy decode and a continuation on its cache vs eager."""
+    pytest.importorskip("transformers")
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent / "models"))
+    from tiny import continue_greedy, greedy, prompts, recurrent_states, tiny_model
+    ids, mask = prompts(2, 5, seed=1, left_pad=2)
+    more, _ = prompts(2, 5, seed=2)
+    runs = {}
+    for mode in ("eager", "replay"):
+        model = tiny_model(model_type, dtype=torch.float32, seed=0)
+        if mode == "replay":
+            model.forward = torch.compile(model.forward, backend="replayssm", options=dict(FAST, window=4))
+        seq, logits, cache = greedy(model, ids, mask, 6, return_cache=True)
+        _, logits_more = continue_greedy(model, seq, mask, cache, more, 6)
+        runs[mode] = (logits, logits_more, cache)
+    (le, lme, ce), (lr, lmr, cr) = runs["eager"], runs["replay"]
+    for step in range(6):
+        assert rel_rms(lr[step], le[step]) <= 1e-4 and rel_rms(lmr[step], lme[step]) <= 1e-4
+    replay_compile.materialize(cr)
+    se, sr = recurrent_states(ce), recurrent_states(cr)
+    assert se.keys() == sr.keys() and all(rel_rms(sr[i], se[i]) <= 1e-5 for i in se)
+    assert replay_compile.counters[f"rewrite:{family}"] >= 1
