@@ -45,7 +45,7 @@ def guard_other_states(compiled, result: RewriteResult):
         return compiled
     written = [i for i in watched if i in result.mutated_inputs]
 
-    def run(*args):
+    def run(*args):  # Dynamo calls a backend's callable with unboxed inputs
         managed = [(i, rs) for i in watched if isinstance(args[i], torch.Tensor)
                    for rs in [registry.find(args[i])] if rs is not None]
         for _, rs in managed:
@@ -56,5 +56,4 @@ def guard_other_states(compiled, result: RewriteResult):
                 rs.reload()
         return out
 
-    run._boxed_call = getattr(compiled, "_boxed_call", False)
     return run
