@@ -66,11 +66,16 @@ class ReplayVariant:
         return self.rs.step(*x)
 
 
-def _inputs(fam, B, Hv, Hk, K, V, long_heads, gen, device):
-    """One token of canonical inputs: half the heads long-memory, half short (see module docstring)."""
-    r = lambda *s: torch.randn(*s, device=device, generator=gen)  # noqa: E731
+def decay_bounds(Hv, long_heads, device):
+    """Per-head log-decay ranges ``(lo, hi) [Hv]``: long memory on the first ``long_heads`` heads."""
     lo = torch.tensor([LONG[0] if h < long_heads else SHORT[0] for h in range(Hv)], device=device)
     hi = torch.tensor([LONG[1] if h < long_heads else SHORT[1] for h in range(Hv)], device=device)
+    return lo, hi
+
+
+def _inputs(fam, B, Hv, Hk, K, V, lo, hi, gen, device):
+    """One token of canonical inputs with log-decays in ``[lo, hi]`` per head (see module docstring)."""
+    r = lambda *s: torch.randn(*s, device=device, generator=gen)  # noqa: E731
     shape = (B, Hv) if fam.decay == "scalar" else (B, Hv, K)
     u = torch.rand(*shape, device=device, generator=gen)
     bounds = (lo, hi) if fam.decay == "scalar" else (lo[:, None], hi[:, None])
@@ -100,7 +105,7 @@ def run_family(name, args, device):
     fam = get_family(name)
     Hv, Hk, K, V = SHAPES[name] if not args.smoke else (4, 1, 16, 8)
     B, long_heads = args.batch, Hv // 2
-    groups = [list(range(long_heads)), list(range(long_heads, Hv))]
+    groups = [slice(0, long_heads), slice(long_heads, Hv)]  # slices: no index tensors inside a CUDA graph
     torch.manual_seed(args.seed)  # CUDA graphs draw from the default generator
     gen = None if device.type == "cuda" else torch.Generator().manual_seed(args.seed)
     ref_S = torch.zeros(B, Hv, K, V, dtype=torch.float64, device=device)
@@ -114,8 +119,10 @@ def run_family(name, args, device):
     W = torch.randn(2, long_heads * V, VOCAB, dtype=torch.float64, device=device, generator=gen)
     W *= 3.0 / math.sqrt(long_heads * V)
 
+    lo, hi = decay_bounds(Hv, long_heads, device)  # made outside the CUDA graph (no host copies inside)
+
     def one_token(t_out):
-        x = _inputs(fam, B, Hv, Hk, K, V, long_heads, gen, device)
+        x = _inputs(fam, B, Hv, Hk, K, V, lo, hi, gen, device)
         o_ref, new_ref = standard_step(ref_S, Canonical(*(None if f is None else f.double() for f in x)),
                                        delta=fam.delta)
         ref_S.copy_(new_ref)  # in place: a CUDA graph replays on fixed addresses

@@ -110,8 +110,8 @@ def _fp4_quantize(x: torch.Tensor) -> dict[str, torch.Tensor]:
 def _fp4_dequantize(parts, C: Optional[int]) -> torch.Tensor:
     data, b, s_row = parts["data"], parts["block_scale"], parts["row_scale"]
     codes = torch.stack((data & 0xF, data >> 4), dim=-1).flatten(-2).long()
-    table = torch.tensor(FP4_VALUES, dtype=torch.float32, device=data.device)
-    mag = table[codes & 7]
+    m = codes & 7  # e2m1 magnitude: m/2 for the subnormals 0, 1; else 2^(m//2 - 1) * (1 + (m % 2) / 2)
+    mag = torch.where(m < 2, m * 0.5, torch.exp2((m // 2 - 1).float()) * (1 + (m % 2) * 0.5)).float()
     val = torch.where((codes & 8) != 0, -mag, mag)
     *lead, ncol = val.shape
     nb = b.shape[-1]
