@@ -83,15 +83,14 @@ def rewrite_graph(gm: fx.GraphModule, example_inputs, options) -> RewriteResult:
     rejected, accepted = [], []
     for P in candidate_states(index):
         try:
-            site = analyze(index, P)
-            site.family = choose_family(site, options)
+            site = _analyze(index, P, options)
             _policy(site, P, options, len(accepted))
             if options.validate:
                 _validate_site(gm, example_inputs, options, P.name, placeholders.index(P))
             accepted.append(site)
         except Rejected as e:
             rejected.append(Rejection(find_sites.source_name(P), e.code, e.reason))
-    final, sites = _rewrite_named(gm, [s.placeholder.name for s in accepted], options)
+    final, sites = _rewrite_named(gm, [s.placeholder.name for s in accepted], options, rejected)
     reports = [_report(s, options) for s in sites]
     _count(reports, rejected, options)
     names = {s.placeholder.name for s in sites}
@@ -126,20 +125,48 @@ def _policy(site, P, options, n_accepted: int) -> None:
         raise Rejected("checkpoint_dtype", f"stochastic_rounding needs a 16-bit state, this one is {dtype}")
 
 
-def _rewrite_named(gm, names, options):
-    """A copy of ``gm`` with the sites of the named placeholders rewritten (one at a time)."""
-    out = clone_gm(gm)
-    sites = []
-    for name in names:
-        index = GraphIndex(out.graph)
-        P = next(n for n in index.order if n.op == "placeholder" and n.name == name)
+def _analyze(index, P, options):
+    try:
         site = analyze(index, P)
         site.family = choose_family(site, options)
-        rewrite_sites.rewrite_site(out, site, options)
-        sites.append(site)
+        return site
+    except Rejected:
+        raise
+    except Exception as e:  # noqa: BLE001  (a bug in the analysis must not break the user's compile)
+        log.warning("replayssm: analysis of %s failed", P.name, exc_info=True)
+        raise Rejected("internal", f"{type(e).__name__}: {e}") from e
+
+
+def _rewrite_named(gm, names, options, rejected=None):
+    """A copy of ``gm`` with the sites of the named placeholders rewritten, one at a time.
+
+    With ``rejected`` (a list), a site whose rewrite fails is recorded there and skipped (the copy is
+    rebuilt from ``gm`` without it); without, the failure propagates.
+    """
+    out, done, sites = clone_gm(gm), [], []
+    for name in names:
+        try:
+            sites.append(_rewrite_one(out, name, options))
+            done.append(name)
+        except Exception as e:  # noqa: BLE001
+            if rejected is None:
+                raise
+            code, reason = (e.code, e.reason) if isinstance(e, Rejected) else \
+                ("rewrite_failed", f"{type(e).__name__}: {e}")
+            rejected.append(Rejection(name, code, reason))
+            out = clone_gm(gm)
+            sites = [_rewrite_one(out, n, options) for n in done]
     out.graph.lint()
     out.recompile()
     return out, sites
+
+
+def _rewrite_one(gm, name, options):
+    index = GraphIndex(gm.graph)
+    P = next(p for p in index.order if p.op == "placeholder" and p.name == name)
+    site = _analyze(index, P, options)
+    rewrite_sites.rewrite_site(gm, site, options)
+    return site
 
 
 def _validate_site(gm, example_inputs, options, name, input_index) -> None:
@@ -150,6 +177,7 @@ def _validate_site(gm, example_inputs, options, name, input_index) -> None:
     except Rejected:
         raise
     except Exception as e:  # noqa: BLE001  (a rewrite that cannot be built is a rejection, not a crash)
+        log.warning("replayssm: rewrite of %s failed", name, exc_info=True)
         raise Rejected("rewrite_failed", f"{type(e).__name__}: {e}") from e
     try:
         bad = validate.check(gm, candidate, example_inputs, [input_index])
