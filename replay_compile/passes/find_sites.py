@@ -404,16 +404,31 @@ def _delta_step(node, outer, dleaves, K, V) -> Step:
     kA, uA, sA = _sides(A.factors, K, V)
     kB, uB, sB = _sides([f for f in B.factors if f is not c], K, V)
     inner = [f for f in c.mono.factors if f is not STATE]
-    # the decay's scalar factors sit outside the contraction, its channel factors inside
+    # the decay's scalar factors sit outside the contraction, its channel factors inside; so do the
+    # key's scalar factors (an l2 norm ``x * rsqrt(..)``): once from k, once from the (D S)^T k read
     w = match_multiset([f for f in dleaves if K in f.free], inner) if all(isinstance(f, Leaf) for f in inner) else None
-    beta = match_multiset([f for f in dleaves if K not in f.free], sB)
-    rest = match_multiset(beta, sA) if beta is not None else None
+    scalars = match_multiset([f for f in dleaves if K not in f.free], sB)
+    k_scale = _pairs(scalars) if scalars is not None else []
+    beta = match_multiset(k_scale + k_scale, scalars) if scalars is not None else None
+    rest = match_multiset(k_scale + beta, sA) if beta is not None else None
     ok = (not uB and kA and c.mono.sign == 1 and c.mono.factors.count(STATE) == 1 and w is not None
           and rest is not None and match_multiset(kB, kA) == [] and len(kA) == len(kB)
           and match_multiset(w, kA) == [] and len(w) == len(kA))
     if not ok:
         raise Rejected("delta", "the correction term does not read the decayed state along the update's key")
-    return Step(node, k=kA, v=[(-A.sign * B.sign, rest + uA)], decay=dleaves, beta=beta, beta_sign=-B.sign)
+    return Step(node, k=kA + k_scale, v=[(-A.sign * B.sign, rest + uA)], decay=dleaves, beta=beta, beta_sign=-B.sign)
+
+
+def _pairs(leaves: list) -> list:
+    """One of each pair of equal leaves (the key's scalar factors appear squared in the correction)."""
+    rest, out = list(leaves), []
+    while rest:
+        x = rest.pop()
+        twin = match_multiset([x], rest)
+        if twin is not None:
+            out.append(x)
+            rest = twin
+    return out
 
 
 def _query(reads, K):
