@@ -4,6 +4,15 @@
 ``torch_dynamo_backends`` entry point (pyproject.toml); it is a plain function on purpose: a second
 registration at import time fails the first compile of a fresh process (COMPILER_NOTES.md).
 
+# NOTE [where the pass runs]
+On Dynamo's torch-level graph, before AOTAutograd: module buffers and cache tensors are placeholders
+with their sources (reports name them), ``example_inputs`` are real tensors (the numeric validation
+runs the graph), einsum equations and in-place chains are still visible, and the rewritten graph is
+then compiled exactly like default ``torch.compile`` (``compile_fx`` with ``mode``'s options). An
+Inductor post-grad hook would see normalized ATen instead, but its cached artifacts would need a
+``uuid()`` over sources, families and options; at this level Inductor caches the already rewritten
+graph, op config strings included, so no extra cache key is needed.
+
 # NOTE [exact state for other graphs]
 A graph that reads or writes a replay-managed state without owning it (a prefill or chunked path,
 a reset, a graph whose site was rejected) must see the exact state: before it runs, every such
