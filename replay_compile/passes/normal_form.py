@@ -130,23 +130,20 @@ def reshape_axes(axes, sizes: dict, out_shape) -> tuple:
     flat = [(a, sizes[a]) for a in atoms(axes)]
     out, i = [], 0
     for s in out_shape:
-        if s == 1:
-            if i < len(flat) and flat[i][1] == 1:
-                i += 1
-            out.append(None)
+        if s == 1:  # a size-1 dim keeps a size-1 label (batch 1) when one comes next
+            take = i < len(flat) and flat[i][1] == 1
+            out.append(flat[i][0] if take else None)
+            i += take
             continue
         group, prod = [], 1
         while i < len(flat) and prod < s:
-            if flat[i][1] != 1 or prod * flat[i][1] < s:
-                group.append(flat[i][0])
+            group.append(flat[i][0])
             prod *= flat[i][1]
             i += 1
-        if prod != s or not group:
+        if prod != s:
             raise Unsupported("reshape", "a reshape that splits a state axis")
         out.append(group[0] if len(group) == 1 else tuple(group))
-    while i < len(flat) and flat[i][1] == 1:
-        i += 1
-    if i != len(flat):
+    if any(size != 1 for _, size in flat[i:]):
         raise Unsupported("reshape", "a reshape that drops a state axis")
     return tuple(out)
 
