@@ -387,3 +387,22 @@ def test_transformers_hybrid_decode_and_continuation(model_type, family):
     se, sr = recurrent_states(ce), recurrent_states(cr)
     assert se.keys() == sr.keys() and all(rel_rms(sr[i], se[i]) <= 1e-5 for i in se)
     assert replay_compile.counters[f"rewrite:{family}"] >= 1
+
+
+def two_states(S1, S2, q, k, v, g):
+    o1, S1 = einsum_step(S1, q, k, v, g)
+    S2 = S2 * torch.cos(g * 3.0)[..., None, None] + k[..., None] * v[..., None, :]  # a decay that can be < 0
+    return o1 + torch.einsum("bhkv,bhk->bhv", S2, q), S1, S2
+
+
+def test_validation_rejects_a_site_whose_decay_is_not_positive_and_keeps_the_other():
+    step = torch.compile(two_states, backend="replayssm", options=dict(FAST, window=4))
+    S1, S2 = torch.randn(2, 3, 4, 5), torch.randn(2, 3, 4, 5)
+    R1, R2 = S1.clone(), S2.clone()
+    for _ in range(6):
+        x = _scalar_inputs(2, 3, 4, 5)
+        o, S1, S2 = step(S1, S2, *x)
+        o_ref, R1, R2 = two_states(R1, R2, *x)
+        assert rel_rms(o, o_ref) <= 1e-5 and rel_rms(S2, R2) <= 1e-6
+    assert replay_compile.counters["sites_rewritten"] == 1
+    assert replay_compile.counters["reject:validation"] == 1

@@ -85,11 +85,11 @@ def rewrite_graph(gm: fx.GraphModule, example_inputs, options) -> RewriteResult:
         try:
             site = _analyze(index, P, options)
             _policy(site, P, options, len(accepted))
-            if options.validate:
-                _validate_site(gm, example_inputs, options, P.name, placeholders.index(P))
             accepted.append(site)
         except Rejected as e:
             rejected.append(Rejection(find_sites.source_name(P), e.code, e.reason))
+    if options.validate:
+        accepted = _validated(gm, example_inputs, options, accepted, placeholders, rejected)
     final, sites = _rewrite_named(gm, [s.placeholder.name for s in accepted], options, rejected)
     reports = [_report(s, options) for s in sites]
     _count(reports, rejected, options)
@@ -169,18 +169,37 @@ def _rewrite_one(gm, name, options):
     return site
 
 
-def _validate_site(gm, example_inputs, options, name, input_index) -> None:
+def _validated(gm, example_inputs, options, sites, placeholders, rejected) -> list:
+    """The sites whose rewrite matches the original numerically: all at once, else one by one."""
+    if len(sites) > 1:
+        try:
+            _validate_sites(gm, example_inputs, options, sites, placeholders)
+            return sites
+        except Rejected:
+            pass
+    ok = []
+    for site in sites:
+        try:
+            _validate_sites(gm, example_inputs, options, [site], placeholders)
+            ok.append(site)
+        except Rejected as e:
+            rejected.append(Rejection(site.name, e.code, e.reason))
+    return ok
+
+
+def _validate_sites(gm, example_inputs, options, sites, placeholders) -> None:
     """Check the algebra of the rewrite: exact reads (a read copy's rounding is the runtime's business)."""
     options = options.replace(read_dtype=None)
+    names = [s.placeholder.name for s in sites]
     try:
-        candidate, _ = _rewrite_named(gm, [name], options)
+        candidate, _ = _rewrite_named(gm, names, options)
     except Rejected:
         raise
     except Exception as e:  # noqa: BLE001  (a rewrite that cannot be built is a rejection, not a crash)
-        log.warning("replayssm: rewrite of %s failed", name, exc_info=True)
+        log.warning("replayssm: rewrite of %s failed", names, exc_info=True)
         raise Rejected("rewrite_failed", f"{type(e).__name__}: {e}") from e
     try:
-        bad = validate.check(gm, candidate, example_inputs, [input_index])
+        bad = validate.check(gm, candidate, example_inputs, [placeholders.index(s.placeholder) for s in sites])
     except Exception as e:  # noqa: BLE001
         raise Rejected("validation_error", f"{type(e).__name__}: {e}") from e
     if bad:
