@@ -7,10 +7,12 @@ runs them in order on a Dynamo graph and reports what happened (``counters``, lo
 
 # NOTE [pipeline]
 The pass works on Dynamo's torch-level graph (module buffers are placeholders, ``example_inputs``
-are real tensors, einsum equations are intact). Sites are found on a copy; each is validated
-alone against the untouched original; the accepted ones are rewritten on a fresh copy one at a
-time, re-analysed after each rewrite (a rewrite replaces reads that later sites may consume).
-The original graph module is never modified.
+are real tensors, einsum equations are intact). Sites are found on a copy; they are validated
+together against the untouched original (one by one only after a mismatch, to find the culprit);
+the accepted ones are rewritten on a fresh copy one at a time, re-analysed after each rewrite (a
+rewrite replaces reads that later sites may consume). The original graph module is never modified.
+Any failure inside the pass becomes a rejection with its reason, never a failed compile (unless
+``strict``).
 """
 from __future__ import annotations
 
