@@ -406,3 +406,15 @@ def test_validation_rejects_a_site_whose_decay_is_not_positive_and_keeps_the_oth
         assert rel_rms(o, o_ref) <= 1e-5 and rel_rms(S2, R2) <= 1e-6
     assert replay_compile.counters["sites_rewritten"] == 1
     assert replay_compile.counters["reject:validation"] == 1
+
+
+def test_triton_kernels_through_the_op():
+    """The op with ``kernels="triton"`` (the Triton interpreter on the CPU, the GPU kernels on CUDA)."""
+    fam = get_family("gated_deltanet")
+    g = torch.Generator().manual_seed(13)
+    _, state = fam.make_inputs(**SHAPE, dtype=torch.float32, generator=g, layout="vk")
+    draw = lambda: fam.make_inputs(**SHAPE, dtype=torch.float32, generator=g, layout="vk")[0]  # noqa: E731
+    worst, state_err, _ = _decode_vs_eager(lambda: Layer(fam, "vk", state), draw, steps=6,
+                                           options=dict(FAST, window=3, kernels="triton"), tol=1e-5)
+    assert worst <= 1e-5 and state_err <= 1e-5
+    assert replay_compile.counters["rewrite:gated_deltanet"] == 1
