@@ -37,7 +37,7 @@ import torch
 import torch.fx as fx
 
 from ..families import families as registered_families
-from .normal_form import (LABELS, METADATA, SHAPE_ONLY_ARGS, STATE, atoms, Contract, Form, Interpreter, Leaf, Mono, Unsupported,
+from .normal_form import (LABELS, METADATA, SHAPE_ONLY_ARGS, STATE, atoms, Contract, Form, Interpreter, Leaf,
                           describe, dtype_of, inplace_of, is_bare_state, match_multiset, op_name, shape_of)
 
 
@@ -454,5 +454,4 @@ def choose_family(site: Site, options):
     return (preferred or enabled)[0]
 
 
-__all__ = ["GraphIndex", "Site", "Step", "Rejected", "analyze", "candidate_states", "choose_family",
-           "Mono", "Unsupported"]
+__all__ = ["GraphIndex", "Site", "Step", "Rejected", "analyze", "candidate_states", "choose_family"]
