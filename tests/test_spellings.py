@@ -118,13 +118,14 @@ def test_spelling_stays_bounded(spelling):
 
 # ============================================================ 2. compiled with replayssm
 @pytest.fixture
-def fresh_compiler(monkeypatch):
+def fresh_compiler():
     import torch._inductor.config as inductor_config
-    monkeypatch.setattr(inductor_config, "force_disable_caches", True)
-    torch._dynamo.reset()
-    replay_compile.reset_counters()
-    yield
-    torch._dynamo.reset()
+    # config.patch, not monkeypatch: pytest >= 9.2's undo breaks torch's config modules
+    with inductor_config.patch(force_disable_caches=True):
+        torch._dynamo.reset()
+        replay_compile.reset_counters()
+        yield
+        torch._dynamo.reset()
 
 
 def _clone_inputs(inputs: dict) -> dict:
