@@ -54,7 +54,7 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     print(f"ReplaySSM runtime demo: {args.steps} decode steps per family, L={args.window}, "
-          f"read copy {args.read_dtype or 'none'}, device {args.device}; 4 rows (1 padding) over 5 slots, "
+          f"read copy {args.read_dtype or 'none'}, device {args.device}; 5 rows (1 padding) over 5 slots, "
           "fp32 replay vs float64 standard recurrence\n")
     head = (f"{'family':<15}{'template':<15}{'max out err':>12}{'state err':>11}{'ckpt writes':>12}"
             f"{'(standard)':>11}{'ckpt KB':>9}{'ring KB':>9}{'read KB':>9}{'ms/step':>9}")

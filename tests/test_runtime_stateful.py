@@ -5,7 +5,6 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 import replay_compile as rc
-from replay_compile.families.base import Canonical
 from replay_compile.testing import StandardPool, random_canonical, rel_rms, token
 
 N_SLOTS, SHAPE = 4, dict(heads=2, head_k=3, head_v=5, k_heads=1)
