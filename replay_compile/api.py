@@ -111,7 +111,7 @@ def commit(obj, n_accepted) -> None:
     pending = [rs for rs in _managed(obj) if rs._pending is not None]
     if not pending:
         raise ReplayCompileError("commit: no replay-managed state reachable from this object has pending drafts "
-                                 "(was the last call compiled with speculative=True and more than one token?)")
+                                 "(was the last call compiled with speculative=True?)")
     for rs in pending:
         rs.commit(n_accepted)
 

@@ -33,7 +33,9 @@ class ReplayOptions:
     """
 
     window: int = 16                        # L: records kept between checkpoint writes, >= 1
-    checkpoint_dtype: str = "float32"       # storage of the checkpoint: "float32" | "bfloat16" | "float16"
+    # checkpoint storage of float32 states: "float32" (the user's tensor) | "bfloat16" | "float16" (the
+    # runtime keeps its own 16-bit checkpoint; materialize writes the user's tensor; other dtypes: rejected)
+    checkpoint_dtype: str = "float32"
     read_dtype: Optional[str] = None        # low-precision read copy: None | "bf16" | "fp16" | "fp8" | "fp4"
     stochastic_rounding: bool = False       # stochastic rounding on 16-bit checkpoint writes
     families: Optional[tuple] = None        # None = all registered; else canonical family names, sorted
@@ -41,7 +43,7 @@ class ReplayOptions:
     strict: bool = False                    # raise instead of falling back when a site is rejected
     inductor: bool = True                   # compile the rest of the graph with Inductor (honours mode=)
     fuel: Optional[int] = None              # rewrite at most this many sites (bisecting); None = no limit
-    speculative: bool = False               # multi-token graphs append tentatively; replay_compile.commit
+    speculative: bool = False               # every call (T >= 1 tokens) appends tentatively: replay_compile.commit
     validate: bool = True                   # numeric check of every rewrite before accepting it
     kernels: str = "auto"                   # "auto" | "torch" (reference ops) | "triton"
 

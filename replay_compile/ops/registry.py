@@ -4,9 +4,19 @@
 A compiled graph receives the user's state tensor (a module buffer, a cache tensor, or an argument
 fed back from the previous call); Inductor re-inplaces the mutating op onto that very tensor. The
 key is the tensor's memory (device, data pointer, shape, strides, dtype): aliases of one tensor
-share a ``ReplayState``, a new tensor (another batch size, another layer) gets its own. The entry
-keeps the tensor alive, so an address cannot be reused by another tensor while its entry exists;
-``release(obj)`` in ``api`` drops entries (after making them exact).
+share a ``ReplayState``, a new tensor (another batch size, another layer) gets its own.
+
+# NOTE [entry lifetime]
+An entry dies with its state's memory: the ``ReplayState`` holds the tensor weakly (NOTE [weak
+state] in ``runtime.state``) and a finalizer on the tensor's storage drops the entry, freeing ring,
+cursors and read copy. The storage (not the tensor object) is what counts: a cache may hand in a
+fresh alias of the same memory every call. A lookup also checks that the entry's storage is the
+caller's (a dead tensor's entry must never serve a new tensor at the same address, e.g. if a
+finalizer is delayed by a reference cycle). Objects used inside a CUDA-graph capture are parked,
+not freed, when their state dies: a captured graph keeps their ring and cursor addresses, and
+replaying it after those are reused would corrupt memory; ``drop_parked()`` frees them once the
+captured graphs are gone (``torch._dynamo.reset()``). ``release(obj)`` in ``api`` drops entries
+early (after making them exact).
 
 # NOTE [site config]
 The op receives its site's configuration as one JSON string (family, window, layout, dtypes,
@@ -18,14 +28,25 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import json
+import weakref
 from typing import Iterator, Optional
 
 import torch
 
 from ..runtime import ReplayState
 
-_registry: dict = {}
+_registry: dict = {}                # state_key -> _Entry
+_parked: list = []                  # ReplayStates whose state died after a CUDA-graph capture
+_tokens = itertools.count()
+
+
+class _Entry:
+    __slots__ = ("config", "rs", "token", "captured")
+
+    def __init__(self, config: str, rs: ReplayState):
+        self.config, self.rs, self.token, self.captured = config, rs, next(_tokens), False
 
 
 def state_key(t: torch.Tensor) -> tuple:
@@ -33,11 +54,14 @@ def state_key(t: torch.Tensor) -> tuple:
 
 
 def site_config(*, family: str, window: int, layout: str, k_heads: int, read_dtype: Optional[str],
-                stochastic_rounding: bool, kernels: str, speculative: bool, read_old: bool = False) -> str:
-    """``read_old``: the call's first query reads the state before its tokens (one more output row)."""
+                stochastic_rounding: bool, kernels: str, speculative: bool, read_old: bool = False,
+                checkpoint_dtype: Optional[str] = None) -> str:
+    """``read_old``: the call's first query reads the state before its tokens (one more output row).
+    ``checkpoint_dtype``: a 16-bit checkpoint of a float32 state (NOTE [checkpoint dtype] in
+    ``runtime.state``); None: the state is its own checkpoint."""
     return json.dumps(dict(family=family, window=window, layout=layout, k_heads=k_heads, read_dtype=read_dtype,
                            stochastic_rounding=stochastic_rounding, kernels=kernels, speculative=speculative,
-                           read_old=read_old), sort_keys=True)
+                           read_old=read_old, checkpoint_dtype=checkpoint_dtype), sort_keys=True)
 
 
 @functools.lru_cache(maxsize=None)
@@ -47,18 +71,59 @@ def parse_config(config: str) -> dict:
 
 def replay_state_for(state: torch.Tensor, config: str) -> ReplayState:
     """The ``ReplayState`` of ``state`` under ``config`` (created on first use: the state is exact then)."""
-    key, wanted = state_key(state), _state_part(config)
-    entry = _registry.get(key)
-    if entry is not None and entry[0] == wanted:
-        return entry[1]
-    if entry is not None:
-        entry[1].materialize()
+    wanted = _state_part(config)
+    entry = _lookup(state)
+    if entry is None or entry.config != wanted:
+        entry = _new_entry(state, config, wanted, old=entry)
+    if state.is_cuda and torch.cuda.is_current_stream_capturing():
+        entry.captured = True
+    return entry.rs
+
+
+def _new_entry(state: torch.Tensor, config: str, wanted: str, old: Optional[_Entry]) -> _Entry:
+    if old is not None:
+        old.rs.materialize()
+        _retire(old)
     cfg = parse_config(config)
+    ckpt = cfg.get("checkpoint_dtype")
     rs = ReplayState(state, cfg["family"], cfg["window"], layout=cfg["layout"], k_heads=cfg["k_heads"],
                      read_dtype=cfg["read_dtype"], stochastic_rounding=cfg["stochastic_rounding"],
-                     kernels=cfg["kernels"])
-    _registry[key] = (wanted, rs)
-    return rs
+                     kernels=cfg["kernels"], checkpoint_dtype=None if ckpt is None else getattr(torch, ckpt),
+                     weak_state=True)
+    entry = _Entry(wanted, rs)
+    key = state_key(state)
+    _registry[key] = entry
+    weakref.finalize(state.untyped_storage(), _on_state_freed, _registry, key, entry.token).atexit = False
+    return entry
+
+
+def _lookup(state: torch.Tensor) -> Optional[_Entry]:
+    """The live entry of ``state``'s memory (NOTE [entry lifetime]); a stale one is dropped."""
+    key = state_key(state)
+    entry = _registry.get(key)
+    if entry is not None and not entry.rs.holds(state):
+        _retire(_registry.pop(key))
+        return None
+    return entry
+
+
+def _on_state_freed(table: dict, key: tuple, token: int) -> None:
+    entry = table.get(key)
+    if entry is not None and entry.token == token:
+        del table[key]
+        _retire(entry)
+
+
+def _retire(entry: _Entry) -> None:
+    if entry.captured:
+        _parked.append(entry.rs)
+
+
+def drop_parked() -> int:
+    """Free the runtime buffers of dead states that CUDA graphs captured (NOTE [entry lifetime]); their count."""
+    n = len(_parked)
+    _parked.clear()
+    return n
 
 
 @functools.lru_cache(maxsize=None)
@@ -71,16 +136,17 @@ def _state_part(config: str) -> str:
 
 def find(state: torch.Tensor) -> Optional[ReplayState]:
     """The ``ReplayState`` managing ``state``, if any (no creation)."""
-    entry = _registry.get(state_key(state))
-    return None if entry is None else entry[1]
+    entry = _lookup(state)
+    return None if entry is None else entry.rs
 
 
 def forget(state: torch.Tensor) -> None:
-    _registry.pop(state_key(state), None)
+    if _lookup(state) is not None:
+        _retire(_registry.pop(state_key(state)))
 
 
 def managed_states() -> list:
-    return [rs for _, rs in _registry.values()]
+    return [entry.rs for entry in _registry.values()]
 
 
 @contextlib.contextmanager

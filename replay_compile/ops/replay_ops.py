@@ -6,10 +6,12 @@ compute dtype (float64 for float64 states, float32 otherwise), ``o[:, t] = S_t^T
 
 # NOTE [advance semantics]
 ``read_old``: ``q`` has one more row, read from the state *before* the tokens (NOTE [reads of the old
-state] in ``passes.find_sites``); the output then has ``T + 1`` rows. T = 1: ``ReplayState.step``
-(commits; folds when the ring fills). T > 1 without speculation: chunks of
-at most L tokens, each ``verify`` then ``commit(all)``: eager semantics. Speculative sites append
-tentatively (``verify``); ``replay_compile.commit(obj, n_accepted)`` keeps the accepted records.
+state] in ``passes.find_sites``); the output then has ``T + 1`` rows. Without speculation, T = 1:
+``ReplayState.step`` (commits; folds when the ring fills); T > 1: chunks of at most L tokens, each
+``verify`` then ``commit(all)``: eager semantics. Speculative sites append every call tentatively,
+T = 1 included (``verify``), so a loop verifying one draft per call works like any other draft
+length; ``replay_compile.commit(obj, n_accepted)`` keeps the accepted records, and a call before
+that commit raises.
 The state is declared mutated (it is the checkpoint, written at flushes), so functionalization
 orders the op against every other use of the state and Inductor re-inplaces it onto the user's tensor.
 """
@@ -40,7 +42,7 @@ def advance(state: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
 
 def _append(rs, q, k, v, log_a, beta, speculative: bool) -> torch.Tensor:
     T = q.shape[1]
-    if speculative and T > 1:
+    if speculative:
         return rs.verify(q, k, v, log_a, beta).clone()
     if T == 1:
         pick = lambda x: None if x is None else x[:, 0]  # noqa: E731

@@ -26,6 +26,7 @@ import torch.fx as fx
 
 from . import find_sites, rewrite_sites, validate
 from .find_sites import GraphIndex, Rejected, analyze, candidate_states, choose_family
+from .rewrite_sites import checkpoint_dtype
 
 counters: collections.Counter = collections.Counter()
 log = logging.getLogger("replay_compile")
@@ -49,6 +50,7 @@ class SiteReport:
     checkpoint_dtype: str
     kernel: str
     tokens: int
+    k_heads: int            # query/key heads kept in the ring (fewer than the state's heads when grouped)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,9 +124,8 @@ def _policy(site, P, options, n_accepted: int) -> None:
         raise Rejected("fuel", f"fuel={options.fuel} exhausted")
     if site.tokens > options.window and options.speculative:
         raise Rejected("speculative_window", f"{site.tokens} draft tokens exceed window L={options.window}")
-    dtype = P.meta["example_value"].dtype
-    if options.stochastic_rounding and dtype not in (torch.bfloat16, torch.float16):
-        raise Rejected("checkpoint_dtype", f"stochastic_rounding needs a 16-bit state, this one is {dtype}")
+    checkpoint_dtype(P.meta["example_value"].dtype, options)
+
 
 
 def _analyze(index, P, options):
@@ -191,8 +192,9 @@ def _validated(gm, example_inputs, options, sites, placeholders, rejected) -> li
 
 def _validate_sites(gm, example_inputs, options, sites, placeholders) -> None:
     """Check the algebra of the rewrite with exact reads and the reference ops (the read copy's rounding
-    and the kernels' agreement with the reference are the runtime's business, tested there)."""
-    options = options.replace(read_dtype=None, kernels="torch")
+    and the kernels' agreement with the reference are the runtime's business, tested there; so is a
+    16-bit checkpoint's rounding)."""
+    options = options.replace(read_dtype=None, kernels="torch", checkpoint_dtype="float32", stochastic_rounding=False)
     names = [s.placeholder.name for s in sites]
     try:
         candidate, _ = _rewrite_named(gm, names, options)
@@ -218,8 +220,9 @@ def _kernel_name(site, options) -> str:
 def _report(site, options) -> SiteReport:
     return SiteReport(state=site.name, family=site.family.name, state_shape=site.state_shape, layout=site.layout,
                       window=options.window, read_dtype=options.read_dtype,
-                      checkpoint_dtype=str(site.placeholder.meta["example_value"].dtype).replace("torch.", ""),
-                      kernel=_kernel_name(site, options), tokens=site.tokens)
+                      checkpoint_dtype=str(checkpoint_dtype(site.placeholder.meta["example_value"].dtype, options)
+                                           ).replace("torch.", ""),
+                      kernel=_kernel_name(site, options), tokens=site.tokens, k_heads=rewrite_sites.key_heads(site))
 
 
 def _count(reports, rejected, options) -> None:

@@ -23,7 +23,7 @@ import torch.fx as fx
 
 from ..ops.registry import site_config
 from .find_sites import Rejected, Site
-from .normal_form import LABELS, exp_argument, inplace_of, op_name
+from .normal_form import LABELS, exp_argument, inplace_of, op_name, shape_of
 
 _DIM = {a: i for i, a in enumerate(LABELS)}
 
@@ -181,10 +181,11 @@ def rewrite_site(gm: fx.GraphModule, site: Site, options) -> None:
         raise Rejected("speculative_order", "a draft token's input depends on an earlier draft's output")
     K, V = site.key, ("c" if site.key == "r" else "r")
     groups = _common_groups(site)
+    ckpt = _checkpoint_option(site, options)
     config = lambda read_old: site_config(  # noqa: E731
         family=site.family.name, window=options.window, layout=site.layout, k_heads=site.sizes["h"] // groups,
         read_dtype=options.read_dtype, stochastic_rounding=options.stochastic_rounding, kernels=options.kernels,
-        speculative=options.speculative, read_old=read_old)
+        speculative=options.speculative, read_old=read_old, checkpoint_dtype=ckpt)
     for first, last, anchor_pos, moved in chunks:
         anchor = order[anchor_pos + 1] if anchor_pos >= 0 else next(n for n in order if n.op != "placeholder")
         b = _Builder(g, anchor, site.placeholder)
@@ -207,19 +208,87 @@ def rewrite_site(gm: fx.GraphModule, site: Site, options) -> None:
     _remove_update(g, site)
 
 
+def checkpoint_dtype(state_dtype: torch.dtype, options) -> torch.dtype:
+    """The checkpoint's dtype for a state of ``state_dtype`` (NOTE [checkpoint dtype] in ``runtime.state``).
+
+    ``checkpoint_dtype="float32"`` (the default) narrows nothing: every state is its own checkpoint.
+    A 16-bit option narrows float32 states; a state already in it is its own checkpoint; any other
+    state cannot honour it and is rejected rather than silently kept at another precision.
+    """
+    wanted = options.checkpoint_torch_dtype
+    if wanted == torch.float32 or state_dtype == wanted:
+        return state_dtype
+    if state_dtype != torch.float32:
+        raise Rejected("checkpoint_dtype", f"checkpoint_dtype={options.checkpoint_dtype} applies to float32 states, "
+                                           f"this one is {str(state_dtype).replace('torch.', '')}")
+    return wanted
+
+
+def _checkpoint_option(site: Site, options):
+    """The op's ``checkpoint_dtype``: None when the state is its own checkpoint."""
+    state_dtype = site.placeholder.meta["example_value"].dtype
+    ckpt = checkpoint_dtype(state_dtype, options)
+    return None if ckpt == state_dtype else str(ckpt).replace("torch.", "")
+
+
+def key_heads(site: Site) -> int:
+    """Query/key heads of the rewritten site (the ring keeps one key per key head)."""
+    return site.sizes["h"] // _common_groups(site)
+
+
 def _repeated_heads(leaves):
-    """``(x, repeats)`` when ``leaves`` is one ``x.repeat_interleave(repeats, dim=<head axis>)``."""
-    if len(leaves) != 1 or leaves[0].node is None or leaves[0].power != 1:
+    """``(x, repeats)`` when ``leaves`` is one value ``x`` whose head axis is repeated group-wise
+    (head ``h`` reads ``x``'s head ``h // repeats``): ``x.repeat_interleave(repeats, dim=<head axis>)``
+    or ``x[:, :, None].expand(B, Hk, repeats, K).reshape(B, Hk * repeats, K)`` (any spelling of the
+    new axis, ``view``/``flatten`` for the reshape). Anything else is not recognised."""
+    if len(leaves) != 1 or leaves[0].node is None or leaves[0].power != 1 or "h" not in leaves[0].labels:
         return None
     f = leaves[0]
-    if op_name(f.node) != "repeat_interleave" or "h" not in f.labels:
+    head = f.labels.index("h")
+    return _interleaved(f.node, head) or _expanded(f.node, head)
+
+
+def _interleaved(node, head):
+    if op_name(node) != "repeat_interleave":
         return None
-    args, kw = f.node.args, f.node.kwargs
+    args, kw = node.args, node.kwargs
     repeats = kw.get("repeats", args[1] if len(args) > 1 else None)
     dim = kw.get("dim", args[2] if len(args) > 2 else None)
-    if not isinstance(repeats, int) or not isinstance(dim, int) or dim % len(f.labels) != f.labels.index("h"):
+    if not isinstance(repeats, int) or not isinstance(dim, int) or dim % len(shape_of(node)) != head:
         return None
     return args[0], repeats
+
+
+def _expanded(node, head):
+    """``reshape(expand(unsqueeze(x)))`` with the new axis right after the head axis, checked by shapes."""
+    if op_name(node) not in ("reshape", "view", "flatten") or not isinstance(node.args[0], fx.Node):
+        return None
+    expand = node.args[0]
+    if op_name(expand) != "expand" or not isinstance(expand.args[0], fx.Node):
+        return None
+    new_axis = expand.args[0]
+    if not _inserts_one_axis(new_axis) or not isinstance(new_axis.args[0], fx.Node):
+        return None
+    x = new_axis.args[0]
+    xs, us, es, rs = shape_of(x), shape_of(new_axis), shape_of(expand), shape_of(node)
+    if None in (xs, us, es, rs) or len(rs) != len(xs) or head >= len(xs):
+        return None
+    repeats = es[head + 1]
+    ok = (us == xs[:head + 1] + (1,) + xs[head + 1:] and es == xs[:head + 1] + (repeats,) + xs[head + 1:]
+          and rs == xs[:head] + (xs[head] * repeats,) + xs[head + 1:])
+    return (x, repeats) if ok else None
+
+
+def _inserts_one_axis(node) -> bool:
+    """``x.unsqueeze(d)`` or ``x[..., None, ...]`` with only full slices beside the one ``None``."""
+    name = op_name(node)
+    if name == "unsqueeze":
+        return True
+    if name != "getitem" or not isinstance(node.args[1], tuple):
+        return False
+    idx = node.args[1]
+    full = lambda i: i is Ellipsis or (isinstance(i, slice) and i == slice(None))  # noqa: E731
+    return sum(i is None for i in idx) == 1 and all(i is None or full(i) for i in idx)
 
 
 def _common_groups(site: Site) -> int:

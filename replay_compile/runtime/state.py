@@ -9,6 +9,17 @@ The user's state tensor *is* the checkpoint. Beside it the object owns, per phys
     nonfinite [N] bool    a non-finite input reached this slot since its last reset
     read      optional low-precision read copy of the checkpoint (see ``quant``)
 
+# NOTE [checkpoint dtype]
+``checkpoint_dtype`` (bf16/fp16) narrows the checkpoint of a float32 user state: the object then
+keeps its own 16-bit checkpoint (rounded to nearest at creation, stochastically at flushes when
+asked) and the user's tensor is written only by :meth:`materialize` (the 16-bit checkpoint, folded
+and widened) and read only by :meth:`reload`. Without it the user's tensor is the checkpoint.
+
+# NOTE [weak state]
+``weak_state=True`` (the op registry's objects) keeps only weak references to the user's tensor:
+the tensor last handed in and its storage. A call made while the caller holds the tensor uses it;
+otherwise a view is rebuilt from the storage. So a registry entry never keeps a freed state alive.
+
 Rows of a call address slots through ``slots [B]`` (the serving-engine layout; -1 marks a padding
 row that touches nothing and gets a zero output). ``slots=None`` means row b is slot b.
 
@@ -20,6 +31,7 @@ the host and are skipped while a CUDA graph is being captured (kernels clamp ins
 """
 from __future__ import annotations
 
+import weakref
 from typing import Optional, Sequence, Union
 
 import torch
@@ -52,12 +64,16 @@ class ReplayState:
         validate: check slot indices and acceptance counts on the host (skipped during graph capture).
         kernels: ``"torch"`` (plain-torch reference), ``"triton"`` (generated kernels; on the CPU they run
             under ``TRITON_INTERPRET=1``) or ``"auto"`` (Triton on CUDA, torch elsewhere).
+        checkpoint_dtype: ``torch.bfloat16``/``torch.float16`` keeps a 16-bit checkpoint of a float32
+            ``state`` (NOTE [checkpoint dtype]); None or ``state.dtype``: ``state`` is the checkpoint.
+        weak_state: hold ``state`` only weakly (NOTE [weak state]).
     """
 
     def __init__(self, state: torch.Tensor, family: Union[str, RecurrenceFamily], window: int, *,
                  layout: str = "kv", k_heads: Optional[int] = None, read_dtype: Optional[str] = None,
                  ring_dtype: Optional[torch.dtype] = None, stochastic_rounding: bool = False, seed: int = 0,
-                 validate: bool = True, kernels: str = "auto"):
+                 validate: bool = True, kernels: str = "auto", checkpoint_dtype: Optional[torch.dtype] = None,
+                 weak_state: bool = False):
         self.family = get_family(family) if isinstance(family, str) else family
         if not isinstance(window, int) or isinstance(window, bool) or window < 1:
             raise ReplayError(f"window L must be an integer >= 1, got {window!r}")
@@ -68,15 +84,17 @@ class ReplayState:
                               f"{getattr(state, 'shape', type(state))}")
         if state.dtype not in _CHECKPOINT_DTYPES:
             raise ReplayError(f"state dtype must be one of {_CHECKPOINT_DTYPES}, got {state.dtype}")
-        if stochastic_rounding and state.dtype not in (torch.bfloat16, torch.float16):
+        self._user = _StateHandle(state, weak=weak_state)
+        self._own_checkpoint = _narrowed_checkpoint(state, checkpoint_dtype)
+        if stochastic_rounding and self.state.dtype not in (torch.bfloat16, torch.float16):
             raise ReplayError("stochastic_rounding needs a bf16 or fp16 checkpoint")
-        self.state, self.window, self.layout = state, window, layout
+        self.window, self.layout = window, layout
         self.num_slots, self.num_heads = state.shape[0], state.shape[1]
         self.head_k, self.head_v = (state.shape[2], state.shape[3]) if layout == "kv" else (state.shape[3], state.shape[2])
         self.num_k_heads = k_heads or self.num_heads
         if self.num_heads % self.num_k_heads:
             raise ReplayError(f"{self.num_heads} value heads is not a multiple of k_heads={self.num_k_heads}")
-        self.compute_dtype = compute_dtype(state.dtype)
+        self.compute_dtype = compute_dtype(self.state.dtype)
         self.read_format = quant.read_format(read_dtype)
         self.stochastic_rounding, self.seed, self.validate = stochastic_rounding, int(seed), validate
         # delta-rule folds replay raw inputs when reads are approximate (REPLAYSSM.md section 4)
@@ -84,6 +102,20 @@ class ReplayState:
         self._alloc(ring_dtype or self.compute_dtype)
         self.impl = _select_impl(kernels, self.state.device)
         self._pending: Optional[tuple[Optional[torch.Tensor], int]] = None
+
+    @property
+    def state(self) -> torch.Tensor:
+        """The checkpoint: the user's tensor, or the object's own 16-bit copy (NOTE [checkpoint dtype])."""
+        return self._own_checkpoint if self._own_checkpoint is not None else self._user.get()
+
+    @property
+    def user_state(self) -> torch.Tensor:
+        """The user's state tensor (exact after :meth:`materialize`)."""
+        return self._user.get()
+
+    def holds(self, state: torch.Tensor) -> bool:
+        """Whether ``state`` is this object's user tensor (same memory and geometry); remembers it."""
+        return self._user.offer(state)
 
     # ----------------------------------------------------------------------------------- buffers
     def _alloc(self, ring_dtype):
@@ -167,13 +199,18 @@ class ReplayState:
         slots = as_slots(slots, self.state.device)
         self._check_slots(slots, None)
         self.impl.materialize(self, slots)
-        return self.state
+        if self._own_checkpoint is not None:
+            s = self._slot_index(slots)
+            self.user_state[s] = self.state[s].to(self.user_state.dtype)
+        return self.user_state
 
     def reload(self, slots=None) -> None:
         """The checkpoint of ``slots`` was written from outside: drop their rings, rebuild their read copy."""
         self._no_pending("reload")
         s = self._slot_index(slots)
         self.count[s] = 0
+        if self._own_checkpoint is not None:
+            self.state[s] = self.user_state[s].to(self.state.dtype)
         if self.read_format is not None:
             for name, part in self.read_format.quantize(self.state[s].float()).items():
                 self.read[name][s] = part
@@ -183,6 +220,8 @@ class ReplayState:
         self._no_pending("reset")
         s = self._slot_index(torch.as_tensor(slots, device=self.state.device).view(-1))
         self.state[s] = 0
+        if self._own_checkpoint is not None:
+            self.user_state[s] = 0
         for buf in (*self.ring.values(), self.count, self.flushes, self.nonfinite):
             buf[s] = 0
         if self.read_format is not None:
@@ -254,6 +293,54 @@ class ReplayState:
             if t.device != self.state.device:
                 raise ReplayError(f"{name} is on {t.device}, the state on {self.state.device}")
         return B
+
+
+class _StateHandle:
+    """The user's state tensor, held strongly or weakly (NOTE [weak state])."""
+
+    def __init__(self, state: torch.Tensor, weak: bool):
+        self.weak = weak
+        self.geometry = (state.storage_offset(), tuple(state.shape), tuple(state.stride()), state.dtype,
+                         state.device)
+        self.data_ptr = state.data_ptr()
+        if weak:
+            self._storage = weakref.ref(state.untyped_storage())
+            self._tensor = weakref.ref(state)
+        else:
+            self._strong = state
+
+    def get(self) -> torch.Tensor:
+        if not self.weak:
+            return self._strong
+        t = self._tensor()
+        if t is not None:
+            return t
+        storage = self._storage()
+        if storage is None:
+            raise ReplayError("the state tensor of this ReplayState was freed")
+        offset, shape, stride, dtype, device = self.geometry
+        t = torch.empty(0, dtype=dtype, device=device).set_(storage, offset, shape, stride)
+        self._tensor = weakref.ref(t)
+        return t
+
+    def offer(self, state: torch.Tensor) -> bool:
+        """``state`` is the same memory and geometry as the held tensor (then it is remembered)."""
+        same = (state.data_ptr() == self.data_ptr and (state.storage_offset(), tuple(state.shape),
+                tuple(state.stride()), state.dtype, state.device) == self.geometry)
+        if same and self.weak:
+            same = self._storage() is state.untyped_storage()
+            self._tensor = weakref.ref(state)
+        return same
+
+
+def _narrowed_checkpoint(state: torch.Tensor, dtype: Optional[torch.dtype]) -> Optional[torch.Tensor]:
+    """The object's own 16-bit checkpoint, or None when ``state`` is the checkpoint."""
+    if dtype is None or dtype == state.dtype:
+        return None
+    if state.dtype != torch.float32 or dtype not in (torch.bfloat16, torch.float16):
+        raise ReplayError(f"checkpoint_dtype={dtype} needs a float32 state (got {state.dtype}); a state "
+                          f"already in a 16-bit dtype is its own checkpoint")
+    return state.detach().to(dtype)
 
 
 def _select_impl(kernels: str, device: torch.device):
