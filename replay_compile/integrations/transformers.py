@@ -40,8 +40,8 @@ Semantics:
   the decode path: Mamba-2's ``dt_limit`` clamp, applied only by transformers' chunked path, is not
   applied; its default ``(0, inf)`` makes the two paths agree).
 * GDN query/key heads arrive already repeated to the value heads, so the ring keeps one key per value head.
-* Speculative mode (``speculative=True``): every call of more than one token on a cache that has a
-  previous state is a verify; follow it with :meth:`ReplayIntegration.commit` (``commit`` here), which
+* Speculative mode (``speculative=True``): every call on a cache that has a previous state (one token
+  or more, as with the compiled backend) is a verify; follow it with :meth:`ReplayIntegration.commit` (``commit`` here), which
   keeps ``n_accepted[b]`` tokens of row ``b``: recurrent states by ring pointer (``replay_compile.commit``)
   and the short-convolution windows by a per-row gather of the window transformers recorded during the
   verify (its ``record_past`` switch). Calling ``replay_compile.commit`` alone would leave the conv
@@ -65,7 +65,7 @@ from typing import Any, Callable, Optional
 import torch
 import torch.nn.functional as F
 
-from ..api import commit as replay_commit, materialize as replay_materialize, release as replay_release
+from ..api import ReplayCompileError, commit as replay_commit, materialize as replay_materialize, release as replay_release
 from ..families import Canonical, RecurrenceFamily, get_family
 from ..ops import registry, site_config
 from ..ops.replay_ops import advance
@@ -209,9 +209,11 @@ class ReplayRunner:
     def advance(self, state: torch.Tensor, x: Canonical, *, family: RecurrenceFamily, layout: str) -> torch.Tensor:
         """Append ``T`` tokens (canonical inputs ``[B, T, ...]``) to ``state``; returns ``o [B, T, Hv, V]``."""
         o = self.options
+        narrow = o.checkpoint_dtype != "float32" and state.dtype == torch.float32
         config = site_config(family=family.name, window=o.window, layout=layout, k_heads=x.k.shape[2],
-                             read_dtype=o.read_dtype, stochastic_rounding=False, kernels=o.kernels,
-                             speculative=o.speculative)
+                             read_dtype=o.read_dtype, stochastic_rounding=o.stochastic_rounding and narrow,
+                             kernels=o.kernels, speculative=o.speculative,
+                             checkpoint_dtype=o.checkpoint_dtype if narrow else None)
         return advance(state, x.q, x.k, x.v, x.log_a, x.beta, config)
 
 
@@ -298,7 +300,7 @@ class ReplayIntegration:
         self.model, self.options = model, options
         self.runner = runner or ReplayRunner(options)
         self._states: dict = {}      # id -> state tensor routed so far (released on disable)
-        self._recording: dict = {}   # id(cache) -> (cache, {layer_idx: conv window length before the verify})
+        self._recording: dict = {}   # id(cache) -> (cache, {layer_idx: conv window before the verify})
         self._tokens: list = []
         self.routes = self._find_routes(model)
         if not self.routes:
@@ -327,33 +329,40 @@ class ReplayIntegration:
     def _enter_layer(self, module, args, kwargs):
         route = self.routes[module]
         cache = kwargs.get("cache_params", args[1] if len(args) > 1 else None)
-        hidden = args[0] if args else kwargs["hidden_states"]
         if cache is not None:
-            self._before_cached_call(route, cache, hidden.shape[1])
-        self._tokens.append(_CURRENT.set(route))
+            self._before_cached_call(route, cache)
+        self._tokens.append((module, _CURRENT.set(route)))
 
     def _leave_layer(self, module, args, *_):
-        _CURRENT.reset(self._tokens.pop())
+        if self._tokens and self._tokens[-1][0] is module:  # not entered when the pre-hook raised
+            _CURRENT.reset(self._tokens.pop()[1])
 
-    def _before_cached_call(self, route: _LayerRoute, cache, tokens: int) -> None:
+    def _before_cached_call(self, route: _LayerRoute, cache) -> None:
         recording = self._recording.get(id(cache))
         if recording is not None and route.layer_idx in recording[1]:
-            raise ReplayError("this cache has an uncommitted verify: call commit(cache, n_accepted) first "
-                              "(replay_compile.commit alone does not roll back the convolution windows)")
-        if self.options.speculative and tokens > 1 and cache.has_previous_state(route.layer_idx):
+            raise ReplayError("this cache has an uncommitted verify: call ReplayIntegration.commit(cache, n_accepted) "
+                              "first (replay_compile.commit alone does not roll back the convolution windows)")
+        if self.options.speculative and cache.has_previous_state(route.layer_idx):
             layer = cache.layers[route.layer_idx]
-            self._recording.setdefault(id(cache), (cache, {}))[1][route.layer_idx] = layer.conv_states[0].shape[-1]
+            self._recording.setdefault(id(cache), (cache, {}))[1][route.layer_idx] = layer.conv_states[0].clone()
             layer.record_past = True  # transformers keeps the whole conv window until it is cut (its rollback switch)
 
     # ------------------------------------------------------------------------------------- commits
     @torch.no_grad()
     def commit(self, cache, n_accepted) -> None:
-        """Keep the first ``n_accepted[b]`` tokens (0..T; int or ``[B]``) of row ``b`` of the last verify on ``cache``."""
+        """Keep the first ``n_accepted[b]`` tokens (0..T; int or ``[B]``) of row ``b`` of the last verify on ``cache``.
+
+        Moves the recurrent states' ring pointers (``replay_compile.commit``; skipped if that was called
+        already) and cuts each row's convolution window to the kept tokens.
+        """
         recording = self._recording.get(id(cache))
         if recording is None:
             raise ReplayError("commit: no verify of this cache is pending (speculative=True and more than one token?)")
         windows = {idx: _kept_conv_window(cache.layers[idx], old, n_accepted) for idx, old in recording[1].items()}
-        replay_commit(cache, n_accepted)
+        try:
+            replay_commit(cache, n_accepted)
+        except ReplayCompileError:
+            pass  # the recurrent states were committed with replay_compile.commit already: only the windows move
         for idx, window in windows.items():
             cache.layers[idx].conv_states[0] = window
             cache.layers[idx].record_past = False
@@ -390,40 +399,49 @@ class ReplayIntegration:
             self.disable()
 
 
-def _kept_conv_window(layer, old_len: int, n_accepted) -> torch.Tensor:
+def _kept_conv_window(layer, before: torch.Tensor, n_accepted) -> torch.Tensor:
     """The conv window of each row after keeping ``n[b]`` of the verify's tokens: ``[B, C, kernel]``.
 
-    During the verify transformers appended the ``T`` new conv inputs to the ``old_len`` columns it had
-    (``record_past``); row ``b``'s window is the ``kernel`` columns ending at ``old_len + n[b]``.
+    ``before`` is the window before the verify. With ``record_past`` transformers appended the verify's
+    ``T`` conv inputs to it; row ``b``'s window is the ``kernel`` columns ending at ``len(before) + n[b]``.
+    One-token calls of some models (Kimi-Linear) shift the window in place instead: then the window is
+    the new one where the token is kept and ``before`` where it is not.
     """
-    full, kernel = layer.conv_states[0], layer.conv_kernel_size[0]
+    full, kernel, old_len = layer.conv_states[0], layer.conv_kernel_size[0], before.shape[-1]
     B, C, total = full.shape
-    T = total - old_len
+    T = total - old_len if total > old_len else 1
     n = torch.as_tensor(n_accepted, device=full.device)
     n = n.expand(B) if n.dim() == 0 else n
     if n.shape != (B,) or n.dtype.is_floating_point or n.dtype == torch.bool:
         raise ReplayError(f"n_accepted must be an int or an integer tensor of shape [{B}], got {tuple(n.shape)} {n.dtype}")
     if bool(((n < 0) | (n > T)).any()):
         raise ReplayError(f"n_accepted must lie in [0, T={T}], got {n.tolist()}")
+    if total == old_len:
+        return torch.where(n[:, None, None] > 0, full, before).contiguous()
     padded = F.pad(full, (kernel, 0))  # zero history for rows shorter than the kernel
     cols = (old_len + n)[:, None] + torch.arange(kernel, device=full.device)  # padded columns [end, end + kernel)
     return padded.gather(2, cols[:, None, :].expand(B, C, kernel)).contiguous()
 
 
 def enable_replay(model: torch.nn.Module, *, window: int = 16, speculative: bool = False,
-                  read_dtype: Optional[str] = None, kernels: str = "auto", runner=None) -> ReplayIntegration:
+                  read_dtype: Optional[str] = None, checkpoint_dtype: str = "float32",
+                  stochastic_rounding: bool = False, kernels: str = "auto", runner=None) -> ReplayIntegration:
     """Route ``model``'s recurrent functions to the replay runtime until ``disable()`` / the end of a ``with``.
 
     Args:
         window: replay window L (a verify of ``T`` tokens needs ``T <= L``).
-        speculative: multi-token calls on a cache are verifies, kept by :meth:`ReplayIntegration.commit`.
+        speculative: every call on a cache with a previous state (one token or more) is a verify, kept by
+            :meth:`ReplayIntegration.commit`.
         read_dtype: low-precision read copy of the fp32 checkpoint: None, "bf16", "fp16", "fp8", "fp4".
+        checkpoint_dtype, stochastic_rounding: a 16-bit checkpoint of the float32 cache states (the runtime
+            keeps it; ``materialize`` writes the cache tensor), rounded stochastically on flushes or not.
         kernels: "auto" (Triton on CUDA, plain torch elsewhere), "torch" or "triton".
         runner: advanced; an object with ``advance(state, x, *, family, layout) -> o`` replacing the replay
             op (``replayssm bench accuracy --hf`` uses it to run precision variants side by side).
     """
     options = ReplayOptions.from_dict(dict(window=window, speculative=speculative, read_dtype=read_dtype,
-                                           kernels=kernels))
+                                           checkpoint_dtype=checkpoint_dtype,
+                                           stochastic_rounding=stochastic_rounding, kernels=kernels))
     return ReplayIntegration(model, options, runner)
 
 
