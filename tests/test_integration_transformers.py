@@ -183,3 +183,10 @@ def test_misuse_raises_clear_errors():
         replay.disable()
     replay.commit(cache, 3)  # rolls the conv windows (the states were committed above)
     replay.disable()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["qwen3_5", "kimi_linear", "mamba2"])
+def test_speculative_with_triton_kernels(family):
+    """The generated Triton kernels (interpreter on the CPU) behind the same routing."""
+    _check_speculative(family, kernels="triton", new_tokens=8, T=3, window=8)
