@@ -5,7 +5,6 @@
 set -u
 OUT="${OUT:-/tmp/out}"
 mkdir -p "$OUT"
-export TORCHINDUCTOR_FORCE_DISABLE_CACHES=1
 python3 -m pytest -m gpu tests/test_backend_gpu.py -v --durations=0 -p no:cacheprovider \
     --junitxml="$OUT/compiler_backend_gpu.xml" 2>&1 | tee "$OUT/compiler_backend_gpu.log" | tail -40
 python3 -m pytest tests/test_backend_lifecycle.py -q -p no:cacheprovider \
