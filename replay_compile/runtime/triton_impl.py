@@ -1,8 +1,8 @@
 """Triton implementation of the replay operations (same interface and semantics as ``reference.py``).
 
 ``advance`` runs one replay call (decode step, verify of T tokens, or the standard route with
-``force_flush``) as two launches: the replay template over (row, value head, value tile), then the
-per-row cursor kernel (``templates/cursors.py`` NOTE [why cursors move in a second launch]).
+``force_flush``) as one launch of the replay template over (row, value head, value tile), whose last
+program per row moves the row's cursors (``templates/cursors.py`` NOTE [one launch per call]).
 ``commit`` is one tiny launch; ``materialize`` is the replay template with no tokens. Nothing here
 reads a device value on the host, so every operation can be captured in a CUDA graph.
 
@@ -19,9 +19,16 @@ import torch
 from ..families.base import Canonical
 from ..templates import replay
 
+def _arrivals(rs) -> torch.Tensor:
+    # TODO(compiler): ReplayState allocates ``arrivals`` itself; drop this fallback once it does
+    if getattr(rs, "arrivals", None) is None:
+        rs.arrivals = torch.zeros(rs.num_slots, dtype=torch.int32, device=rs.state.device)
+    return rs.arrivals
+
+
 def _buffers(rs) -> replay.ReplayBuffers:
     return replay.ReplayBuffers(state=rs.state, ring=rs.ring, read=rs.read, count=rs.count,
-                                flushes=rs.flushes, nonfinite=rs.nonfinite)
+                                flushes=rs.flushes, nonfinite=rs.nonfinite, arrivals=_arrivals(rs))
 
 
 def _spec(rs) -> replay.ReplaySpec:
@@ -36,13 +43,13 @@ def _slots(slots: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
 
 
 def advance_into(rs, x: Canonical, slots, out: torch.Tensor, *, commit: bool, force_flush: bool,
-                 block_v: Optional[int] = None) -> torch.Tensor:
+                 block_v: Optional[int] = None, num_warps: Optional[int] = None) -> torch.Tensor:
     """:func:`advance` writing into ``out [B, T, Hv, V]`` (contiguous, compute dtype)."""
     B, T = x.q.shape[:2]
     if out.shape != (B, T, rs.num_heads, rs.head_v) or out.dtype != rs.compute_dtype or not out.is_contiguous():
         raise ValueError(f"out must be a contiguous {rs.compute_dtype} tensor [{B}, {T}, {rs.num_heads}, {rs.head_v}]")
     replay.launch(_buffers(rs), _spec(rs), x, _slots(slots), out, commit=commit, force_flush=force_flush,
-                  materialize=False, block_v=block_v)
+                  materialize=False, block_v=block_v, num_warps=num_warps)
     return out
 
 
