@@ -3,6 +3,8 @@
 Checks: no buffer is reallocated (and, on CUDA, allocated memory does not grow), no value crosses rows
 or slots, every healthy row equals the standard path, every poisoned row is confined and reported.
 """
+import time
+
 import pytest
 import torch
 
@@ -17,7 +19,8 @@ def _buffers(rs):
     return [rs.state, rs.count, rs.flushes, rs.nonfinite, *rs.ring.values(), *(rs.read or {}).values()]
 
 
-def soak(family, steps, batch, n_slots, window, recycle_every, seed, read_dtype=None):
+def soak(family, steps, batch, n_slots, window, recycle_every, seed, read_dtype=None, max_seconds=None):
+    """Returns ``(rs, tokens decoded)``; ``max_seconds`` ends the run early (a time-boxed GPU soak)."""
     fam = rc.get_family(family)
     g = torch.Generator().manual_seed(seed)
     shape = dict(heads=2, head_k=8, head_v=4, k_heads=1)
@@ -28,8 +31,8 @@ def soak(family, steps, batch, n_slots, window, recycle_every, seed, read_dtype=
     poisoned = set()
     tol = 1e-5 if read_dtype is None else 5e-2
     mem0 = torch.cuda.memory_allocated() if DEVICE == "cuda" else None
-    t = 0
-    while t < steps:
+    t, start = 0, time.perf_counter()
+    while t < steps and (max_seconds is None or time.perf_counter() - start < max_seconds):
         slots = torch.randperm(n_slots, generator=g)[:batch]
         slots[torch.rand(batch, generator=g) < 0.1] = -1  # padding rows
         T = int(torch.randint(1, min(4, window) + 1, (1,), generator=g))
@@ -64,7 +67,7 @@ def soak(family, steps, batch, n_slots, window, recycle_every, seed, read_dtype=
     assert [b.data_ptr() for b in _buffers(rs)] == ptrs  # nothing reallocated
     if mem0 is not None:
         assert torch.cuda.memory_allocated() <= mem0
-    return rs
+    return rs, t
 
 
 @pytest.mark.parametrize("family, read_dtype", [("gated_deltanet", None), ("mamba2", "fp8")])
@@ -76,3 +79,13 @@ def test_soak_short(family, read_dtype):
 @pytest.mark.parametrize("family", ["mamba2", "gated_deltanet", "kda"])
 def test_soak_long(family):
     soak(family, steps=100_000, batch=64, n_slots=96, window=16, recycle_every=300, seed=2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("family", ["mamba2", "gated_deltanet", "kda"])
+def test_soak_gpu(family):
+    """The long soak on the GPU (Triton kernels), time-boxed to 25 s a family (100K tokens if it gets there)."""
+    _, tokens = soak(family, steps=100_000, batch=64, n_slots=96, window=16, recycle_every=300, seed=2,
+                     max_seconds=25)
+    print(f"soak {family}: {tokens} tokens at batch 64")
+    assert tokens >= 5_000
