@@ -192,7 +192,14 @@ def _true_updates(S, KR, LAF, VR, BETA, j, BL: tl.constexpr, DECAY: tl.constexpr
 
 @triton.jit
 def _nonfinite(x):
+    """Any element of the block ``x`` is NaN or infinite."""
     return tl.sum((~(tl.abs(x) < float("inf"))).to(tl.int32)) > 0
+
+
+@triton.jit
+def _nonfinite1(x):
+    """The scalar ``x`` is NaN or infinite."""
+    return ~(tl.abs(x) < float("inf"))
 
 
 @triton.jit
@@ -317,7 +324,7 @@ def replay_kernel(
         la_t = 0.0
         if DECAY == 1:
             la_t = tl.load(xla + t * LS).to(CD)
-            bad = bad | _nonfinite(la_t)
+            bad = bad | _nonfinite1(la_t)
         elif DECAY == 2:
             la_t = tl.load(xla + t * LS + offs_k, mask=mask_k, other=0.0).to(CD)
             bad = bad | _nonfinite(la_t)
@@ -325,7 +332,7 @@ def replay_kernel(
         u_t = v_t
         if DELTA:
             beta_t = tl.load(xbeta + t * HV).to(CD)
-            bad = bad | _nonfinite(beta_t)
+            bad = bad | _nonfinite1(beta_t)
             if T > 1:
                 sk = _column(Y, xc, 2 * t + 1)
             else:
@@ -478,7 +485,7 @@ def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[t
         DECAY=_DECAY_CODE[spec.decay], DELTA=spec.delta, RAW=spec.raw, READ=READ_CODES[spec.read_format],
         LAYOUT_KV=spec.layout == "kv", COMMIT=commit, FORCE=force_flush, MATERIALIZE=materialize,
         HAS_SLOTS=slots is not None, SR=spec.stochastic_rounding, SR_MANT=sr_mant, SR_EMIN=sr_emin,
-        CD=tl.float64 if fp64 else tl.float32, FOLD_PREC="ieee", READ_PREC="ieee" if fp64 else "tf32x3",
+        CD=tl.float64 if fp64 else tl.float32, FOLD_PREC="ieee" if fp64 else "tf32x3", READ_PREC="ieee" if fp64 else "tf32x3",
         num_warps=tile.num_warps)
 
 
