@@ -1,7 +1,19 @@
 """The accuracy benchmark's harness runs end to end on the CPU (tiny heads, few tokens)."""
 import json
 
+import pytest
+import torch
+
 from replay_compile.bench import accuracy
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny tensors: a second intra-op thread only adds synchronisation (much slower on a busy 2-core box)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 def test_accuracy_smoke(tmp_path):
@@ -15,3 +27,19 @@ def test_accuracy_smoke(tmp_path):
     assert errs["fp32 standard"] < 1e-5 < errs["bf16 state"]  # fp32 tracks float64; bf16 storage does not
     assert errs["ckpt fp32 + fp8 read"] < errs["fp8 state"]
     assert rep["families"]["mamba2"]["targets"]
+
+
+@pytest.mark.parametrize("model", ["qwen3_5", "nemotron_h"])
+def test_accuracy_hf_smoke(tmp_path, model):
+    """``--hf``: precision variants side by side in a transformers hybrid (float64), KL against float64."""
+    pytest.importorskip("transformers")
+    out = tmp_path / "acc_hf.json"
+    assert accuracy.main(["--hf", "--smoke", "--hf-model", model, "--out", str(out), "--no-progress"]) == 0
+    rep = json.loads(out.read_text())
+    res = rep["results"]
+    assert set(res) == {"fp32 standard", "bf16 state", "fp8 state", "fp4 state", "ckpt fp32 + bf16 read",
+                        "ckpt fp32 + fp8 read", "ckpt fp32 + fp4 read"}
+    kl = {v: res[v]["64"]["kl"] for v in res}
+    assert abs(kl["fp32 standard"]) < 1e-12 < kl["bf16 state"]  # fp32 tracks float64; bf16 storage does not
+    assert kl["ckpt fp32 + fp8 read"] < kl["fp8 state"]
+    assert rep["targets"]

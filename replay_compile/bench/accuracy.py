@@ -12,6 +12,9 @@ with stochastic rounding.
 
 On CUDA the loop runs as CUDA-graph replays of ``--chunk`` tokens (inputs drawn inside the graph), so
 128K tokens take seconds, not minutes.
+
+``--hf`` runs the same comparison inside a transformers hybrid model instead (``bench.hf_accuracy``:
+next-token KL against the model in float64; ``replayssm bench accuracy --hf --help``).
 """
 from __future__ import annotations
 
@@ -194,7 +197,13 @@ def _targets(name, res, fam):
 
 
 def main(argv=None) -> int:
+    argv = list(argv) if argv is not None else None
+    if argv is not None and "--hf" in argv:
+        from . import hf_accuracy  # noqa: PLC0415  (needs transformers)
+
+        return hf_accuracy.main([a for a in argv if a != "--hf"])
     p = argparse.ArgumentParser(prog="replayssm bench accuracy", description=__doc__.splitlines()[0])
+    p.add_argument("--hf", action="store_true", help="run inside a transformers hybrid model (bench.hf_accuracy)")
     p.add_argument("--families", default="mamba2,gated_deltanet,kda")
     p.add_argument("--steps", type=int, default=131072)
     p.add_argument("--window", type=int, default=16)
