@@ -156,6 +156,9 @@ def run_family(name, args, device):
             hist[(c + 1) * chunk] = buf[chunk - args.avg:].mean(0).cpu()
         if args.progress and c % max(1, n_chunks // 10) == 0:
             print(f"  {name}: {c * chunk:>7}/{n_chunks * chunk} tokens", flush=True)
+        if args.max_seconds is not None and hist and time.perf_counter() - start > args.max_seconds:
+            print(f"  {name}: stopped after {(c + 1) * chunk} tokens (--max-seconds {args.max_seconds:g})")
+            break
     elapsed = time.perf_counter() - start
     if args.progress:
         print(f"  {name}: {n_chunks * chunk} tokens in {elapsed:.1f} s")
@@ -212,6 +215,8 @@ def main(argv=None) -> int:
     p.add_argument("--first", type=int, default=1024, help="first reported length (then doubling)")
     p.add_argument("--avg", type=int, default=64, help="tokens averaged before each reported length")
     p.add_argument("--smoke", action="store_true", help="tiny heads, few steps: a CPU check of the harness")
+    p.add_argument("--max-seconds", type=float, default=None,
+                   help="per family: stop decoding after this long, reporting the lengths reached")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="accuracy.json")
@@ -221,7 +226,8 @@ def main(argv=None) -> int:
     if args.smoke:
         args.steps, args.first, args.avg, args.window = min(args.steps, 64), 16, 8, 4
     device = torch.device(args.device)
-    results, report = {}, {"args": vars(args), "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+    gpu = torch.cuda.get_device_name() if device.type == "cuda" else "cpu"
+    results, report = {}, {"args": vars(args), "device": gpu,
                            "shapes": SHAPES, "families": {}}
     all_ok = True
     for name in args.families.split(","):
@@ -242,7 +248,7 @@ def main(argv=None) -> int:
 
 def _print_family(name, res, targets):
     ts = sorted(next(iter(res.values()))["long"])
-    show = [ts[0], ts[len(ts) // 2], ts[-1]]
+    show = sorted({ts[0], ts[len(ts) // 2], ts[-1]})
     print(f"\n{name}: long-memory heads (short-memory in brackets), relative output error | proxy-head KL")
     head = f"{'variant':<24}" + "".join(f"{'err@' + str(t):>20}" for t in show) + "".join(
         f"{'KL@' + str(t):>20}" for t in show)

@@ -157,24 +157,28 @@ def run(args, device) -> dict:
     start = time.perf_counter()
     with enable_replay(model, window=args.window, runner=runner):
         logits = next_logits(torch.full((B, 1), BOS, device=device))
+        done = 0
         for t in range(args.steps):
             if t in measured:
                 sums += _metrics(logits, groups, args.rows)
             if t + 1 in checkpoints:
                 hist[t + 1] = (sums / args.avg).cpu()
                 sums.zero_()
-                elapsed = time.perf_counter() - start
                 if args.progress:
-                    print(f"  {args.hf_model}: {t + 1} tokens, {elapsed:.0f} s", flush=True)
-                if args.max_seconds is not None and elapsed > args.max_seconds:
-                    print(f"  {args.hf_model}: stopped at {t + 1} tokens (--max-seconds {args.max_seconds:g})")
-                    break
+                    print(f"  {args.hf_model}: {t + 1} tokens, {time.perf_counter() - start:.0f} s", flush=True)
+            out_of_time = args.max_seconds is not None and time.perf_counter() - start > args.max_seconds
+            if hist and t % 256 == 0 and out_of_time:
+                print(f"  {args.hf_model}: stopped after {t} tokens (--max-seconds {args.max_seconds:g})")
+                break
             probs = torch.softmax(logits[:args.rows] / args.temperature, -1)
             token = torch.multinomial(probs, 1, generator=gen)  # [rows, 1], the reference's sample
             logits = next_logits(token.repeat(groups, 1))
-    return dict(results={name: {t: {"kl": float(h[g, 0]), "logit_err": float(h[g, 1])} for t, h in sorted(hist.items())}
-                         for g, name in enumerate(names) if name != REFERENCE},
-                seconds=time.perf_counter() - start)
+            done = t + 1
+    if not hist:
+        raise RuntimeError(f"no reported length reached (first is {args.first}): raise --max-seconds")
+    results = {name: {t: {"kl": float(h[g, 0]), "logit_err": float(h[g, 1])} for t, h in sorted(hist.items())}
+               for g, name in enumerate(names) if name != REFERENCE}
+    return dict(tokens=done, results=results, seconds=time.perf_counter() - start)
 
 
 def _targets(res) -> list:
@@ -202,7 +206,7 @@ def main(argv=None) -> int:
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="accuracy_hf.json")
-    p.add_argument("--max-seconds", type=float, default=None, help="stop at the first reported length after this")
+    p.add_argument("--max-seconds", type=float, default=None, help="stop after this long (lengths reached so far)")
     p.add_argument("--no-progress", dest="progress", action="store_false")
     args = p.parse_args(argv)
     if args.smoke:

@@ -41,7 +41,7 @@ Semantics:
   applied; its default ``(0, inf)`` makes the two paths agree).
 * GDN query/key heads arrive already repeated to the value heads, so the ring keeps one key per value head.
 * Speculative mode (``speculative=True``): every call on a cache that has a previous state (one token
-  or more, as with the compiled backend) is a verify; follow it with :meth:`ReplayIntegration.commit` (``commit`` here), which
+  or more, as with the compiled backend) is a verify; follow it with :meth:`ReplayIntegration.commit`, which
   keeps ``n_accepted[b]`` tokens of row ``b``: recurrent states by ring pointer (``replay_compile.commit``)
   and the short-convolution windows by a per-row gather of the window transformers recorded during the
   verify (its ``record_past`` switch). Calling ``replay_compile.commit`` alone would leave the conv
@@ -60,12 +60,13 @@ import functools
 import importlib
 import inspect
 import logging
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 import torch
 import torch.nn.functional as F
 
-from ..api import ReplayCompileError, commit as replay_commit, materialize as replay_materialize, release as replay_release
+from ..api import ReplayCompileError
+from ..api import commit as replay_commit, materialize as replay_materialize, release as replay_release
 from ..families import Canonical, RecurrenceFamily, get_family
 from ..ops import registry, site_config
 from ..ops.replay_ops import advance
@@ -124,7 +125,7 @@ def _delta_rule(route: "_LayerRoute", a: dict):
 
 
 def _broadcast_part(t: Optional[torch.Tensor], dims: tuple) -> Optional[torch.Tensor]:
-    """``t`` without the trailing ``dims`` it was expanded along (stride 0), e.g. Mamba-2's ``dt [B, H, P]`` -> ``[B, H]``."""
+    """``t`` without the trailing ``dims`` it was expanded along (stride 0): Mamba-2's ``dt [B, H, P]`` -> ``[B, H]``."""
     if t is None:
         return None
     if any(t.stride(d) != 0 for d in dims):
@@ -413,7 +414,8 @@ def _kept_conv_window(layer, before: torch.Tensor, n_accepted) -> torch.Tensor:
     n = torch.as_tensor(n_accepted, device=full.device)
     n = n.expand(B) if n.dim() == 0 else n
     if n.shape != (B,) or n.dtype.is_floating_point or n.dtype == torch.bool:
-        raise ReplayError(f"n_accepted must be an int or an integer tensor of shape [{B}], got {tuple(n.shape)} {n.dtype}")
+        raise ReplayError(f"n_accepted must be an int or an integer tensor of shape [{B}], "
+                          f"got {tuple(n.shape)} {n.dtype}")
     if bool(((n < 0) | (n > T)).any()):
         raise ReplayError(f"n_accepted must lie in [0, T={T}], got {n.tolist()}")
     if total == old_len:

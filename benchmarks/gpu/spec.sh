@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Issue 6 GPU checks (helper "spec"). Runs from the repo root on one H200; writes under "$OUT".
+# Runtime: <= 345 s in all (setup ~15 s + the part limits below; each part is cut by `timeout`).
+#   accuracy_gated_deltanet /    65 s each  bench accuracy, 128K tokens, CUDA-graph replays; decoding stops
+#   accuracy_kda                            after 50 s with the lengths reached (the JSON is always written)
+#   accuracy_hf                  70 s       bench accuracy --hf (Qwen3.5 GDN hybrid, float64), up to 32K tokens,
+#                                           stops after 50 s of decoding with the lengths reached (needs transformers)
+#   soak_gpu                     60 s       tests/test_soak.py::test_soak_gpu, 15 s a family at batch 64
+#   spec_gpu                     70 s       speculative example on the GPU (Inductor compile, logit closeness),
+#                                           transformers integration GPU tests (skipped without transformers)
+set -u
+export PYTHONUNBUFFERED=1 TORCHINDUCTOR_FORCE_DISABLE_CACHES=1
+OUT=${OUT:-out}; mkdir -p "$OUT"
+python3 -m pip install --no-build-isolation --no-deps -e . -q 2>&1 | grep -v WARN | tail -2
+if ls .whl/*.whl >/dev/null 2>&1; then  # optional wheels carried by the lead (fla, transformers, ...)
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site
+fi
+python3 -c "import torch, triton; print(torch.__version__, triton.__version__, torch.cuda.get_device_name())" \
+  | tee "$OUT/versions.txt"
+python3 -c "import transformers; print('transformers', transformers.__version__)" >> "$OUT/versions.txt" 2>&1 \
+  || echo "transformers missing: accuracy_hf fails, transformers GPU tests skip" | tee -a "$OUT/versions.txt"
+part() {  # part NAME SECONDS CMD...: run with a limit, keep its output, print its tail
+  local name=$1 secs=$2; shift 2
+  echo "=== $name (limit ${secs}s)"; local t0=$SECONDS
+  timeout "$secs" "$@" > "$OUT/$name.txt" 2>&1; echo "rc=$? in $((SECONDS - t0))s" | tee -a "$OUT/$name.txt"
+  tail -n "${TAIL:-12}" "$OUT/$name.txt" | cut -c1-200
+}
+for fam in gated_deltanet kda; do
+  TAIL=24 part "accuracy_$fam" 65 python3 -m replay_compile.cli bench accuracy --families "$fam" --steps 131072 \
+    --chunk 128 --max-seconds 50 --out "$OUT/accuracy_$fam.json" --plot "$OUT/accuracy_$fam.png" --no-progress
+done
+TAIL=20 part accuracy_hf 70 python3 -m replay_compile.cli bench accuracy --hf --hf-model qwen3_5 --steps 32768 \
+  --max-seconds 50 --out "$OUT/accuracy_hf_qwen3_5.json"
+TAIL=12 part soak_gpu 60 python3 -m pytest -m gpu -q -s -p no:cacheprovider tests/test_soak.py -k soak_gpu
+TAIL=16 part spec_gpu 70 python3 -m pytest -m gpu -q -s -p no:cacheprovider tests/test_speculative_example.py \
+  tests/test_integration_transformers.py
