@@ -182,7 +182,14 @@ def test_misuse_raises_clear_errors():
     with pytest.raises(ReplayError, match="uncommitted verify"):
         replay.disable()
     replay.commit(cache, 3)  # rolls the conv windows (the states were committed above)
+    with pytest.raises(ReplayError, match="already enabled"):
+        replay_tf.enable_replay(model)
     replay.disable()
+    with pytest.raises(RuntimeError, match="boom"):  # an exception mid-verify still hands the model back
+        with replay_tf.enable_replay(model, window=4, speculative=True, kernels="torch"):
+            model(ids[:, :2], **_cache_kw(model, cache))
+            raise RuntimeError("boom")
+    assert model._replay_integration is None
 
 
 @pytest.mark.slow

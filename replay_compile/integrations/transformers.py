@@ -298,6 +298,8 @@ class ReplayIntegration:
     """The routed recurrent layers of one model; undo with :meth:`disable` (or leave the ``with`` block)."""
 
     def __init__(self, model: torch.nn.Module, options: ReplayOptions, runner=None):
+        if getattr(model, "_replay_integration", None) is not None:
+            raise ReplayError(f"replay is already enabled on this {type(model).__name__}: disable() it first")
         self.model, self.options = model, options
         self.runner = runner or ReplayRunner(options)
         self._states: dict = {}      # id -> state tensor routed so far (released on disable)
@@ -314,6 +316,7 @@ class ReplayIntegration:
         self._targets = list({route.target.module: route.target for route in self.routes.values()}.values())
         for target in self._targets:
             _patch(target)
+        model._replay_integration = self
 
     def _find_routes(self, model) -> dict:
         classes = [(cls, t) for t in _TARGETS if (cls := _layer_class(t)) is not None]
@@ -391,13 +394,16 @@ class ReplayIntegration:
         self._targets = []
         replay_release(list(self._states.values()))
         self._states.clear()
+        self.model._replay_integration = None
 
     def __enter__(self) -> "ReplayIntegration":
         return self
 
     def __exit__(self, *exc) -> None:
-        if exc[0] is None or not self._recording:
-            self.disable()
+        if exc[0] is not None:  # an aborted verify keeps nothing, so the model is always handed back
+            for cache, _ in list(self._recording.values()):
+                self.commit(cache, 0)
+        self.disable()
 
 
 def _kept_conv_window(layer, before: torch.Tensor, n_accepted) -> torch.Tensor:
