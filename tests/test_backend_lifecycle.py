@@ -214,13 +214,25 @@ def grouped_repeat_interleave(S, q, k, v, g):
     return inplace_step(S, q.repeat_interleave(rep, dim=1), k.repeat_interleave(rep, 1), v, g)
 
 
+def grouped_transformers_mamba2_style(S, q, k, v, g):
+    """Groups as transformers' Mamba-2 spells them: reshape, expand, contiguous, reshape with a size-1
+    axis; the read is a ``bmm`` on ``[B * H]``-merged views."""
+    b, heads = S.shape[:2]
+    groups, rep = k.shape[1], heads // k.shape[1]
+    kh = k.reshape(b, groups, 1, K).expand(b, groups, rep, K).contiguous().reshape(b, heads, 1, K)
+    qh = q.reshape(b, groups, 1, K).expand(b, groups, rep, K).contiguous().reshape(b, heads, K)
+    S.mul_(torch.exp(g)[..., None, None]).add_(kh.transpose(-1, -2) * v[:, :, None, :])
+    out = torch.bmm(S.view(b * heads, K, V).transpose(1, 2), qh.view(b * heads, K, 1))
+    return out.view(b, heads, V)
+
+
 def tiled_heads(S, q, k, v, g):  # head h reads key head h % Hk: not the grouped layout, kept per value head
     rep = S.shape[1] // q.shape[1]
     return inplace_step(S, q.repeat(1, rep, 1), k.repeat(1, rep, 1), v, g)
 
 
 @pytest.mark.parametrize("fn,k_heads", [(grouped_expand, HK), (grouped_flatten, HK), (grouped_repeat_interleave, HK),
-                                        (tiled_heads, H)])
+                                        (grouped_transformers_mamba2_style, HK), (tiled_heads, H)])
 def test_grouped_heads_keep_one_ring_key_per_key_head(fn, k_heads):
     gen = torch.Generator().manual_seed(9)
     S = torch.randn(B, H, K, V, generator=gen)

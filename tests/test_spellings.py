@@ -231,6 +231,8 @@ def test_explain_reports_site(fresh_compiler, spelling):
         assert site.family in text
         assert tuple(site.state_shape) == tuple(case.live_state().shape)
         assert site.layout == spelling.layout and site.window == 5 and site.tokens == spelling.tokens
+        heads = site.state_shape[1]  # grouped spellings keep one ring key per query/key head
+        assert site.k_heads < heads if spelling.grouped else site.k_heads == heads, (site.k_heads, heads)
         assert str(site.checkpoint_dtype).replace("torch.", "") == "float32" and site.read_dtype is None
         assert isinstance(site.kernel, str) and site.kernel
     elif spelling.rewrite is False:

@@ -17,13 +17,14 @@ contributes ``log(leaf)`` (a precomputed decay), a constant ``log(c)``.
 from __future__ import annotations
 
 import math
+import operator
 
 import torch
 import torch.fx as fx
 
 from ..ops.registry import site_config
 from .find_sites import Rejected, Site
-from .normal_form import LABELS, exp_argument, inplace_of, op_name, shape_of
+from .normal_form import LABELS, atoms, exp_argument, inplace_of, op_name, shape_of
 
 _DIM = {a: i for i, a in enumerate(LABELS)}
 
@@ -236,73 +237,98 @@ def key_heads(site: Site) -> int:
     return site.sizes["h"] // _common_groups(site)
 
 
-def _repeated_heads(leaves):
-    """``(x, repeats)`` when ``leaves`` is one value ``x`` whose head axis is repeated group-wise
-    (head ``h`` reads ``x``'s head ``h // repeats``): ``x.repeat_interleave(repeats, dim=<head axis>)``
-    or ``x[:, :, None].expand(B, Hk, repeats, K).reshape(B, Hk * repeats, K)`` (any spelling of the
-    new axis, ``view``/``flatten`` for the reshape). Anything else is not recognised."""
-    if len(leaves) != 1 or leaves[0].node is None or leaves[0].power != 1 or "h" not in leaves[0].labels:
-        return None
-    f = leaves[0]
-    head = f.labels.index("h")
-    return _interleaved(f.node, head) or _expanded(f.node, head)
+def _head_repeats(leaves, sizes: dict) -> int:
+    """``r`` when the product of ``leaves`` has grouped heads (head ``h`` equals head ``r * (h // r)``),
+    proven per leaf: each one is constant along heads or repeats them ``r``-fold (:func:`_leaf_repeats`);
+    1 when that is not proven (the site then keeps one key per value head)."""
+    found = set()
+    for f in leaves:
+        if f.node is None or "h" not in f.free:
+            continue
+        found.add(_leaf_repeats(f, sizes))
+    return found.pop() if len(found) == 1 else 1
 
 
-def _interleaved(node, head):
+def _leaf_repeats(f, sizes: dict) -> int:
+    """Repeats of a leaf's head axis, found under order-preserving views and casts of the leaf:
+    ``x.repeat_interleave(r, dim=<head>)``, or ``expand`` of a size-1 axis right after the head axis
+    followed by a reshape merging the two (``x[:, :, None].expand(B, Hk, r, K).reshape(B, Hk * r, K)``,
+    ``unsqueeze``/``flatten``/``contiguous`` spellings alike). Shapes prove the head axis is the one
+    repeated: the non-1 sizes of the repeated value and of the leaf (its state labels) must agree."""
+    seq = [sizes[a] for a in atoms(f.labels) if sizes[a] != 1]
+    head = sum(1 for a in atoms(f.labels)[:atoms(f.labels).index("h")] if sizes[a] != 1)
+    node = f.node
+    while isinstance(node, fx.Node):
+        found = _interleaved(node) or _expanded(node)
+        if found is not None:
+            shape, axis, repeats = found
+            ok = [d for d in shape if d != 1] == seq and sum(1 for d in shape[:axis] if d != 1) == head
+            return repeats if ok and repeats > 1 else 1
+        if op_name(node) not in ORDER_KEEPING or not node.args:
+            return 1
+        node = node.args[0]
+    return 1
+
+
+ORDER_KEEPING = {"reshape", "view", "flatten", "unflatten", "unsqueeze", "squeeze", "contiguous", "clone", "to",
+                 "float", "double", "type_as"}
+
+
+def _interleaved(node):
+    """``(shape, head axis, repeats)`` of ``x.repeat_interleave(repeats, dim)`` with one repeat count for
+    all (an int, or a symbolic size under dynamic shapes: then read off the shapes; a tensor of
+    per-element counts is not a group repeat)."""
     if op_name(node) != "repeat_interleave":
         return None
     args, kw = node.args, node.kwargs
     repeats = kw.get("repeats", args[1] if len(args) > 1 else None)
     dim = kw.get("dim", args[2] if len(args) > 2 else None)
-    if not isinstance(repeats, int) or not isinstance(dim, int) or dim % len(shape_of(node)) != head:
+    shape, src = shape_of(node), shape_of(args[0]) if isinstance(args[0], fx.Node) else None
+    scalar = isinstance(repeats, int) or (isinstance(repeats, fx.Node) and shape_of(repeats) is None)
+    if not scalar or not isinstance(dim, int) or shape is None or src is None or len(src) != len(shape):
         return None
-    return args[0], repeats
+    dim %= len(shape)
+    if src[dim] == 0 or shape[dim] % src[dim]:
+        return None
+    return shape, dim, shape[dim] // src[dim]
 
 
-def _expanded(node, head):
-    """``reshape(expand(unsqueeze(x)))`` with the new axis right after the head axis, checked by shapes."""
+def _expanded(node):
+    """``(merged shape, head axis, repeats)`` of ``reshape(expand(x))`` where the expand grows one size-1
+    axis right after the head axis and the reshape merges the two (and only adds or drops size-1 axes)."""
     if op_name(node) not in ("reshape", "view", "flatten") or not isinstance(node.args[0], fx.Node):
         return None
     expand = node.args[0]
+    while op_name(expand) in ("contiguous", "clone"):
+        expand = expand.args[0]
     if op_name(expand) != "expand" or not isinstance(expand.args[0], fx.Node):
         return None
-    new_axis = expand.args[0]
-    if not _inserts_one_axis(new_axis) or not isinstance(new_axis.args[0], fx.Node):
+    src, es, rs = shape_of(expand.args[0]), shape_of(expand), shape_of(node)
+    if None in (src, es, rs) or len(src) != len(es):
         return None
-    x = new_axis.args[0]
-    xs, us, es, rs = shape_of(x), shape_of(new_axis), shape_of(expand), shape_of(node)
-    if None in (xs, us, es, rs) or len(rs) != len(xs) or head >= len(xs):
+    grown = [i for i in range(len(es)) if es[i] != src[i]]
+    if len(grown) != 1 or grown[0] == 0 or src[grown[0]] != 1:
         return None
-    repeats = es[head + 1]
-    ok = (us == xs[:head + 1] + (1,) + xs[head + 1:] and es == xs[:head + 1] + (repeats,) + xs[head + 1:]
-          and rs == xs[:head] + (xs[head] * repeats,) + xs[head + 1:])
-    return (x, repeats) if ok else None
-
-
-def _inserts_one_axis(node) -> bool:
-    """``x.unsqueeze(d)`` or ``x[..., None, ...]`` with only full slices beside the one ``None``."""
-    name = op_name(node)
-    if name == "unsqueeze":
-        return True
-    if name != "getitem" or not isinstance(node.args[1], tuple):
-        return False
-    idx = node.args[1]
-    full = lambda i: i is Ellipsis or (isinstance(i, slice) and i == slice(None))  # noqa: E731
-    return sum(i is None for i in idx) == 1 and all(i is None or full(i) for i in idx)
+    j = grown[0]
+    merged = es[:j - 1] + (es[j - 1] * es[j],) + es[j + 1:]
+    if [d for d in rs if d != 1] != [d for d in merged if d != 1]:
+        return None
+    return merged, j - 1, es[j]
 
 
 def _common_groups(site: Site) -> int:
     """Value heads per query/key head when every step's q and k repeat grouped heads alike (else 1)."""
-    found = {(_repeated_heads(s.k) or (None, 1))[1] for s in site.steps} | \
-            {(_repeated_heads(s.q) or (None, 1))[1] for s in site.steps if s.q}
+    found = {_head_repeats(s.k, site.sizes) for s in site.steps} | \
+            {_head_repeats(s.q, site.sizes) for s in site.steps if s.q}
     return found.pop() if len(found) == 1 else 1
 
 
 def _grouped(b: _Builder, leaves, target, groups):
-    """The canonical ``[B, Hk, K]`` input of grouped heads: the value before ``repeat_interleave``."""
-    x, _ = _repeated_heads(leaves)
-    f = leaves[0]
-    x = b.align(x, f.labels, target, f.flat)
+    """The canonical ``[B, Hk, K]`` input of grouped heads: every ``groups``-th head of the product."""
+    x = b.product(leaves, target)
+    h = target.index("h")
+    x = b.call(operator.getitem, x, tuple(slice(None, None, groups) if i == h else slice(None)
+                                          for i in range(len(target))))
     sizes = [b.call("size", x, i, method=True) if l == "h" else b.size(l) for i, l in enumerate(target)]
     return b.call("contiguous", b.call("expand", x, *sizes, method=True), method=True)
 
