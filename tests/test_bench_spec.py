@@ -1,9 +1,19 @@
 """The speculative-decoding benchmark's harness runs on the CPU; acceptance draws follow their definition."""
 import json
 
+import pytest
 import torch
 
 from replay_compile.bench import spec
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny tensors: a second intra-op thread only adds synchronisation (much slower on a busy 2-core box)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 def test_acceptance_draws():

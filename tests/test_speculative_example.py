@@ -11,6 +11,15 @@ import speculative_decoding  # noqa: E402
 from speculative_decoding import greedy, speculative  # noqa: E402
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny tensors: a second intra-op thread only adds synchronisation (much slower on a busy 2-core box)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 class NoisyOracleDrafter:
     """Drafts the true greedy continuation, corrupted at random: acceptance counts vary from 0 to T."""
 
