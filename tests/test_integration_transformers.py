@@ -197,3 +197,11 @@ def test_misuse_raises_clear_errors():
 def test_speculative_with_triton_kernels(family):
     """The generated Triton kernels (interpreter on the CPU) behind the same routing."""
     _check_speculative(family, kernels="triton", new_tokens=8, T=3, window=8)
+
+
+@pytest.mark.slow
+def test_transformers_example_runs():
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
+    import transformers_speculative  # noqa: PLC0415
+
+    assert transformers_speculative.main(["--tokens", "12", "--device", "cpu"]) == 0
