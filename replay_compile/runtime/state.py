@@ -316,7 +316,7 @@ class _StateHandle:
         if not self.weak:
             return self._strong
         t = self._tensor()
-        if t is not None:
+        if t is not None and t.data_ptr() == self.data_ptr:  # (a tensor can be re-pointed with set_)
             return t
         storage = self._storage()
         if storage is None:
