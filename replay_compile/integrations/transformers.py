@@ -105,17 +105,17 @@ def _delta_rule(route: "_LayerRoute", a: dict):
     q, k ``[B, T, H, K]`` (GDN: already repeated to the value heads), v ``[B, T, H, V]``, g ``[B, T, H]``
     (GDN) or ``[B, T, H, K]`` (KDA), beta ``[B, T, H]``; returns ``(o [B, T, H, V], state or None)``.
     """
-    if a.get("cu_seqlens") is not None:
-        raise _Fallback("packed sequences (cu_seqlens) are not supported by the replay runtime")
     query, state = a["query"], a["initial_state"]
     cd = _compute_dtype(query)
+    if state is None and cd != torch.float64:
+        return None  # prefill: transformers' own function
+    if a.get("cu_seqlens") is not None:
+        raise _Fallback("packed sequences (cu_seqlens) are not supported by the replay runtime")
     q, k = query.to(cd), a["key"].to(cd)
     if a["use_qk_l2norm_in_kernel"]:
         q, k = route.l2norm(q, dim=-1, eps=1e-6), route.l2norm(k, dim=-1, eps=1e-6)
     x = Canonical(q * q.shape[-1] ** -0.5, k, a["value"].to(cd), a["g"].to(cd), a["beta"].to(cd))
-    if state is None:
-        if cd != torch.float64:
-            return None  # prefill: transformers' own function
+    if state is None:  # float64 prefill: the float64 reference scan
         B, _, H, K = k.shape
         state = torch.zeros(B, H, K, x.v.shape[-1], dtype=cd, device=k.device)
         o, state = route.family.scan(state, x, layout=route.layout)
@@ -128,7 +128,7 @@ def _broadcast_part(t: Optional[torch.Tensor], dims: tuple) -> Optional[torch.Te
     """``t`` without the trailing ``dims`` it was expanded along (stride 0): Mamba-2's ``dt [B, H, P]`` -> ``[B, H]``."""
     if t is None:
         return None
-    if any(t.stride(d) != 0 for d in dims):
+    if any(t.stride(d) != 0 and t.shape[d] != 1 for d in dims):
         raise _Fallback(f"a Mamba-2 parameter of shape {tuple(t.shape)} varies along head_dim/state_size")
     for _ in dims:
         t = t[..., 0]
@@ -169,10 +169,10 @@ def _mamba2_scan(route: "_LayerRoute", a: dict):
         raise _Fallback("a gate z inside the Mamba-2 scan is not supported (transformers passes z=None)")
     x, state = a["hidden_states"], a["initial_states"]
     cd = _compute_dtype(x)
+    if state is None and cd != torch.float64:
+        return None  # prefill: transformers' own function
     xs = _mamba2_canonical(x, a["dt"], a["A"], a["dt_bias"], a["B"], a["C"], a["dt_softplus"], cd)
-    if state is None:
-        if cd != torch.float64:
-            return None  # prefill: transformers' own function
+    if state is None:  # float64 prefill: the float64 reference scan
         B, _, H, P = x.shape
         state = torch.zeros(B, H, P, xs.k.shape[-1], dtype=cd, device=x.device)
         o, state = route.family.scan(state, xs, layout=route.layout)
