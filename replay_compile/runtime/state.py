@@ -184,14 +184,7 @@ class ReplayState:
             raise ReplayError("commit without a pending verify")
         slots, T = self._pending
         B = self.num_slots if slots is None else slots.shape[0]
-        n = torch.as_tensor(n_accepted, device=self.count.device)
-        if n.dim() == 0:
-            n = n.expand(B)
-        if n.shape != (B,) or n.dtype.is_floating_point or n.dtype == torch.bool:
-            raise ReplayError(f"n_accepted must be an integer or an integer tensor of shape [{B}], got "
-                              f"{tuple(n.shape)} {n.dtype}")
-        if self._checking() and bool(((n < 0) | (n > T)).any()):
-            raise ReplayError(f"n_accepted must lie in [0, T={T}], got {n.tolist()}")
+        n = self._accepted_counts(n_accepted, B, T)
         self._check_slots(slots, B)
         self.impl.commit(self, n, slots)
         self._pending = None
@@ -232,6 +225,23 @@ class ReplayState:
                 self.read[name][s] = part
 
     # ----------------------------------------------------------------------------------- helpers
+    def _accepted_counts(self, n_accepted, B: int, T: int) -> torch.Tensor:
+        """``n_accepted`` as a ``[B]`` device tensor. A Python int becomes a fill kernel, not a host copy,
+        so a committing op can run inside a CUDA-graph capture."""
+        if isinstance(n_accepted, int) and not isinstance(n_accepted, bool):
+            if not 0 <= n_accepted <= T:
+                raise ReplayError(f"n_accepted must lie in [0, T={T}], got {n_accepted}")
+            return torch.full((B,), n_accepted, dtype=torch.int64, device=self.count.device)
+        n = torch.as_tensor(n_accepted, device=self.count.device)
+        if n.dim() == 0:
+            n = n.expand(B)
+        if n.shape != (B,) or n.dtype.is_floating_point or n.dtype == torch.bool:
+            raise ReplayError(f"n_accepted must be an integer or an integer tensor of shape [{B}], got "
+                              f"{tuple(n.shape)} {n.dtype}")
+        if self._checking() and bool(((n < 0) | (n > T)).any()):
+            raise ReplayError(f"n_accepted must lie in [0, T={T}], got {n.tolist()}")
+        return n
+
     def _advance(self, x: Canonical, slots, *, commit, force_flush):
         self._check_inputs(x)
         self._check_slots(slots, x.q.shape[0])
