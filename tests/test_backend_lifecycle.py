@@ -184,6 +184,27 @@ def test_a_state_whose_memory_was_swapped_gets_a_fresh_runtime():
     assert len(registry.managed_states()) == 1
 
 
+def test_an_entry_whose_memory_is_not_the_callers_is_never_handed_out():
+    """The guard behind the finalizers: an entry at the caller's address whose storage is another one
+    (what a delayed finalizer would leave for a new tensor at a reused address) is dropped, and the
+    caller gets a fresh runtime (the old ring's pending records must not reach its outputs)."""
+    step = torch.compile(inplace_step, backend="replayssm", options=dict(FAST, window=4))
+    gen = torch.Generator().manual_seed(11)
+    S = torch.randn(B, H, K, V, generator=gen)
+    for _ in range(3):
+        step(S, *draw(gen))
+    (stale,) = registry.managed_states()
+    stale._user._storage = lambda: None  # as if S's memory had died and been reallocated to this tensor
+    S.normal_(generator=gen)
+    assert registry.find(S) is None
+    eager = S.clone()
+    for _ in range(6):
+        x = draw(gen)
+        assert rel_rms(step(S, *x), inplace_step(eager, *x)) <= 1e-5
+    (rs,) = registry.managed_states()
+    assert rs is not stale and rs.user_state is S
+
+
 def test_weak_state_runtime_reports_a_freed_state():
     rs = ReplayState(torch.zeros(2, 2, 3, 3), "simple_gla", 4, weak_state=True)
     gc.collect()
