@@ -1,0 +1,479 @@
+"""``replayssm bench model``: decode-step time of hybrid decoder stacks, eager vs compiled vs ``replayssm``.
+
+Each model is a transformers causal LM of a few decoder layers whose linear-recurrent layers have the
+real shapes (REPLAYSSM.md, section 5), random bf16 weights and a small vocabulary:
+
+    nemotron3-super   NemotronH: Mamba-2, MLP, Mamba-2, attention; Mamba-2 128 heads x 64 x state 128, 8 groups
+    qwen3.5-122b      Qwen3.5: GDN x 3, attention; 16 qk / 64 v heads of 128 x 128
+    kimi-linear       Kimi-Linear: KDA x 3, MLA attention; 32 heads of 128 x 128
+
+Hidden sizes follow the public configs; the mixture-of-experts blocks of the real models are replaced
+by one dense MLP (``MLP_WIDTH``), so the share of the recurrent layers measured here is that of this
+stack, not of the full model. The cache is a ``StaticCache`` (static shapes: what CUDA graphs need)
+filled by a chunked prefill of ``--context`` random tokens; then the decode step (one token per row; the
+static cache gives every call the same shapes) is timed per column, from the same prefilled cache:
+
+    eager         the model as written (transformers' torch paths)
+    compile       torch.compile(model.forward), Inductor
+    replay        backend="replayssm" (fp32 checkpoint + ring of L records), Inductor for the rest
+    replay-fp8    the same with an fp8 read copy of the checkpoint
+    no-recurrent  torch.compile of the stack with its linear-recurrent mixers replaced by a stub that
+                  returns zeros: step time minus this is the time spent in those layers (share column)
+
+Compiled columns run under each ``--modes`` entry: ``default`` and ``reduce-overhead`` (CUDA graphs,
+reported as ``+cg``; on the CPU only ``default``). A step's time is the median over repeats of
+``--steps`` consecutive calls (a multiple of L, so replay's checkpoint writes are amortized as in
+serving), wall clock with a device synchronize. Before timing, each column's first step is compared
+with eager's from the same cache (``rel_err``, rel-RMS of the logits) and the replayssm columns
+report how many sites were rewritten (the GPU cost model keeps batches below 8 standard). A column
+that fails is ``n/a`` with the reason in the JSON. Progress goes to stderr; ``--out`` writes JSON
+after every row, ``--plot`` a PNG of step time against batch size (matplotlib optional).
+
+``--smoke`` runs tiny shapes on the CPU in seconds (tests/test_bench_model.py).
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import datetime
+import json
+import os
+import statistics
+import sys
+import time
+from typing import Callable, Optional
+
+import torch
+
+COLUMNS = ("eager", "compile", "replay", "replay-fp8", "no-recurrent")
+COMPILED = COLUMNS[1:]
+MODES = ("default", "reduce-overhead")
+BATCHES = (1, 8, 32, 128, 256)
+VOCAB = 1024
+MLP_WIDTH = 8192
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+    """A decoder stack: transformers config class and kwargs, real and smoke-sized."""
+
+    config_class: str
+    causal_lm: str
+    recurrence: str            # canonical family the backend must rewrite
+    mixer: tuple               # (layer type attribute value, mixer attribute) of the linear-recurrent layers
+    real: dict
+    smoke: dict
+
+
+def _common(hidden, layers):
+    return dict(vocab_size=VOCAB, hidden_size=hidden, num_hidden_layers=layers, tie_word_embeddings=False,
+                pad_token_id=0, bos_token_id=1, eos_token_id=2, use_cache=True)
+
+
+SPECS = {
+    "nemotron3-super": ModelSpec(
+        "NemotronHConfig", "NemotronHForCausalLM", "mamba2", ("linear_attention", "mixer"),
+        real=dict(_common(4096, 4), layers_block_type=["mamba", "mlp", "mamba", "attention"],
+                  mamba_num_heads=128, mamba_head_dim=64, ssm_state_size=128, n_groups=8, conv_kernel=4,
+                  chunk_size=128, num_attention_heads=32, num_key_value_heads=2, head_dim=128,
+                  intermediate_size=MLP_WIDTH, use_mamba_kernels=False),
+        smoke=dict(_common(32, 4), vocab_size=64, layers_block_type=["mamba", "mlp", "mamba", "attention"],
+                   mamba_num_heads=4, mamba_head_dim=6, ssm_state_size=10, n_groups=2, conv_kernel=4, chunk_size=8,
+                   num_attention_heads=4, num_key_value_heads=2, head_dim=8, intermediate_size=48,
+                   use_mamba_kernels=False)),
+    "qwen3.5-122b": ModelSpec(
+        "Qwen3_5TextConfig", "Qwen3_5ForCausalLM", "gated_deltanet", ("linear_attention", "linear_attn"),
+        real=dict(_common(3072, 4), layer_types=["linear_attention"] * 3 + ["full_attention"],
+                  linear_num_key_heads=16, linear_num_value_heads=64, linear_key_head_dim=128,
+                  linear_value_head_dim=128, linear_conv_kernel_dim=4, num_attention_heads=32,
+                  num_key_value_heads=2, head_dim=256, intermediate_size=MLP_WIDTH),
+        smoke=dict(_common(32, 4), vocab_size=64, layer_types=["linear_attention"] * 3 + ["full_attention"],
+                   linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=6, linear_value_head_dim=10,
+                   linear_conv_kernel_dim=4, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                   intermediate_size=48)),
+    "kimi-linear": ModelSpec(
+        "KimiLinearConfig", "KimiLinearForCausalLM", "kda", ("linear_attention", "self_attn"),
+        real=dict(_common(2304, 4), layer_types=["linear_attention"] * 3 + ["full_attention"],
+                  mlp_layer_types=["dense"] * 4, linear_attn_config=dict(head_dim=128, num_heads=32,
+                                                                         short_conv_kernel_size=4),
+                  num_attention_heads=32, num_key_value_heads=32, q_lora_rank=None, kv_lora_rank=512,
+                  qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128, intermediate_size=MLP_WIDTH,
+                  moe_intermediate_size=1024),
+        smoke=dict(_common(32, 4), vocab_size=64, layer_types=["linear_attention"] * 3 + ["full_attention"],
+                   mlp_layer_types=["dense"] * 4, linear_attn_config=dict(head_dim=10, num_heads=2,
+                                                                          short_conv_kernel_size=4),
+                   num_attention_heads=4, num_key_value_heads=4, q_lora_rank=None, kv_lora_rank=16,
+                   qk_rope_head_dim=4, qk_nope_head_dim=8, v_head_dim=8, intermediate_size=48,
+                   moe_intermediate_size=16)),
+}
+SMOKE = dict(batch=[2], context=12, prefill_chunk=8, steps=4, repeats=1, window=4)
+REAL = dict(context=1024, prefill_chunk=256, steps=32, repeats=3, window=16)
+
+
+# ------------------------------------------------------------------------------------------ models
+def build_model(spec: ModelSpec, smoke: bool, device: str, dtype: torch.dtype, seed: int = 0):
+    """Random-weight causal LM of ``spec`` in eval mode (weights drawn on ``device``, then cast)."""
+    import transformers  # noqa: PLC0415  (optional dependency: only this command needs it)
+    config = getattr(transformers, spec.config_class)(**(spec.smoke if smoke else spec.real))
+    torch.manual_seed(seed)
+    with torch.device(device):
+        model = getattr(transformers, spec.causal_lm)(config)
+    return model.to(dtype).eval()
+
+
+def recurrent_mixers(model, spec: ModelSpec) -> list:
+    """(layer, attribute) of every linear-recurrent mixer of ``model``."""
+    kind, attr = spec.mixer
+    return [(layer, attr) for layer in model.model.layers if getattr(layer, "block_type", None) == kind]
+
+
+class NoRecurrence(torch.nn.Module):
+    """Stands in for a linear-recurrent mixer: adds nothing to the residual, touches no state."""
+
+    def forward(self, hidden_states, **_):
+        return torch.zeros_like(hidden_states)
+
+
+@contextlib.contextmanager
+def without_recurrence(model, spec: ModelSpec):
+    mixers = recurrent_mixers(model, spec)
+    saved = [getattr(layer, attr) for layer, attr in mixers]
+    for layer, attr in mixers:
+        setattr(layer, attr, NoRecurrence())
+    try:
+        yield
+    finally:
+        for (layer, attr), mixer in zip(mixers, saved):
+            setattr(layer, attr, mixer)
+
+
+# ------------------------------------------------------------------------------------------- cache
+class DecodeCache:
+    """A ``StaticCache`` prefilled with ``context`` random tokens, with a snapshot to restore from.
+
+    Each decode step writes its token's keys at the cache's own device-side length counter (which it
+    advances), so a column may take ``headroom`` steps before ``restore()``. ``restore()`` copies the
+    snapshot (counters included) back in place: the tensors keep their addresses, which compiled
+    graphs and CUDA graphs hold on to.
+    """
+
+    def __init__(self, model, batch: int, context: int, prefill_chunk: int, headroom: int, device: str,
+                 seed: int = 1):
+        import transformers  # noqa: PLC0415
+        self.cache = transformers.StaticCache(config=model.config, max_cache_len=context + headroom)
+        g = torch.Generator().manual_seed(seed)
+        prompt = torch.randint(3, model.config.vocab_size, (batch, context + 1), generator=g).to(device)
+        with torch.no_grad():
+            for start in range(0, context, prefill_chunk):
+                model(input_ids=prompt[:, start:start + prefill_chunk], past_key_values=self.cache, use_cache=True)
+        self.token = prompt[:, context:]
+        self.snapshot = [(t, t.clone()) for t in self.tensors()]
+
+    def tensors(self) -> list:
+        found = []
+        for layer in self.cache.layers:
+            for name in ("keys", "values", "cumulative_length"):
+                t = getattr(layer, name, None)
+                if isinstance(t, torch.Tensor):
+                    found.append(t)
+            for states in (getattr(layer, "conv_states", {}), getattr(layer, "recurrent_states", {})):
+                found += [t for t in states.values() if isinstance(t, torch.Tensor)]
+        return found
+
+    def restore(self) -> None:
+        from ..api import release  # noqa: PLC0415
+        release(self.cache)  # a replay-managed state is made exact and handed back before it is overwritten
+        with torch.no_grad():
+            for t, saved in self.snapshot:
+                t.copy_(saved)
+
+    def step_fn(self, forward: Callable) -> Callable[[], torch.Tensor]:
+        """One decode step of ``forward`` on this cache (the next position); returns the logits."""
+        def step():
+            with torch.no_grad():
+                return forward(input_ids=self.token, past_key_values=self.cache, use_cache=True).logits
+        return step
+
+
+# ------------------------------------------------------------------------------------------ timing
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def time_step(step: Callable, device: str, steps: int, repeats: int) -> float:
+    """Median over ``repeats`` of the mean time of ``steps`` consecutive calls, in microseconds."""
+    for _ in range(2):
+        step()
+    samples = []
+    for _ in range(repeats):
+        _sync(device)
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        _sync(device)
+        samples.append((time.perf_counter() - t0) / steps * 1e6)
+    return statistics.median(samples)
+
+
+def compiled_forward(model, column: str, mode: str, window: int, min_batch: Optional[int], inductor: bool):
+    """``model.forward`` compiled for ``column`` under ``mode`` (static shapes: one graph per batch).
+
+    Without ``inductor`` (smoke runs) the graphs run as captured: fast to build, same code paths.
+    """
+    mode_arg = None if mode == "default" else mode
+    if column in ("compile", "no-recurrent"):
+        return torch.compile(model.forward, mode=mode_arg, dynamic=False, backend="inductor" if inductor else "eager")
+    options = {"window": window, "min_batch": min_batch, "inductor": inductor}
+    if column == "replay-fp8":
+        options["read_dtype"] = "fp8"
+    return torch.compile(model.forward, backend="replayssm", mode=mode_arg, dynamic=False, options=options)
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.detach().double(), b.detach().double()
+    return float((a - b).norm() / b.norm().clamp_min(1e-300))
+
+
+def _reason(e: Exception) -> str:
+    msg = str(e).splitlines()[0][:200] if str(e) else ""
+    return f"{type(e).__name__}: {msg}"
+
+
+# ------------------------------------------------------------------------------------------- bench
+class Bench:
+    def __init__(self, args):
+        self.args = args
+        self.done, self.total = 0, 0
+
+    def progress(self, what: str) -> None:
+        self.done += 1
+        print(f"[{self.done}/{self.total}] {what}", file=sys.stderr, flush=True)
+
+    def measure(self, model, spec, decode: DecodeCache, column: str, mode: str, reference) -> dict:
+        """One cell: first-step error against eager, then the step time (``us`` None and ``why`` on failure)."""
+        from .. import reset_counters  # noqa: PLC0415
+        from ..passes import counters  # noqa: PLC0415
+        torch._dynamo.reset()
+        reset_counters()
+        skips_before = _cudagraph_skips()
+        stub = without_recurrence(model, spec) if column == "no-recurrent" else contextlib.nullcontext()
+        cell = {}
+        try:
+            with stub:
+                forward = model.forward if column == "eager" else \
+                    compiled_forward(model, column, mode, self.args.window, self.args.min_batch,
+                                     self.args.inductor)
+                decode.restore()
+                step = decode.step_fn(forward)
+                t0 = time.perf_counter()
+                logits = step().float().clone()
+                cell["first_call_s"] = round(time.perf_counter() - t0, 2)
+                if column != "no-recurrent":
+                    cell["rel_err"] = _rel(logits, reference)
+                cell["us"] = time_step(step, self.args.device, self.args.steps, self.args.repeats)
+        except Exception as e:  # noqa: BLE001  (one failing cell must not end the run)
+            cell.update(us=None, why=_reason(e))
+        finally:
+            decode.restore()
+            torch._dynamo.reset()
+        if column.startswith("replay"):
+            cell["sites_rewritten"] = counters["sites_rewritten"]
+        if mode == "reduce-overhead":
+            cell["cudagraph_skips"] = _cudagraph_skips() - skips_before
+        return cell
+
+    def row(self, name: str, spec: ModelSpec, model, batch: int) -> dict:
+        args = self.args
+        self.progress(f"{name} B={batch}: prefill {args.context} tokens")
+        headroom = 8 + args.steps * args.repeats  # reference, first call, warm-up and timed steps
+        decode = DecodeCache(model, batch, args.context, args.prefill_chunk, headroom, args.device)
+        reference = decode.step_fn(model.forward)().float().clone()
+        decode.restore()
+        row = dict(model=name, batch=batch, context=args.context, recurrence=spec.recurrence, cells={})
+        for column in args.columns:
+            for mode in (["eager"] if column == "eager" else args.modes):
+                key = column if mode in ("eager", "default") else f"{column}+cg"
+                self.progress(f"{name} B={batch} {key}")
+                row["cells"][key] = self.measure(model, spec, decode, column, mode, reference)
+        row["recurrent_share"] = recurrent_shares(row["cells"])
+        del decode
+        _free(args.device)
+        return row
+
+
+def _cudagraph_skips() -> int:
+    from torch._dynamo.utils import counters  # noqa: PLC0415
+    return sum(counters["inductor"].get(k, 0) for k in ("cudagraph_skips",))
+
+
+def _free(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.empty_cache()
+
+
+def recurrent_shares(cells: dict) -> dict:
+    """Share of step time in the linear-recurrent layers, per compiled column with a matching stub time:
+    ``1 - t(no-recurrent) / t(column)`` under the same mode."""
+    shares = {}
+    for key, cell in cells.items():
+        suffix = "+cg" if key.endswith("+cg") else ""
+        rest = cells.get("no-recurrent" + suffix, {}).get("us")
+        if key.startswith(("compile", "replay")) and cell.get("us") and rest:
+            shares[key] = 1.0 - rest / cell["us"]
+    return shares
+
+
+# ------------------------------------------------------------------------------------------ output
+def _us(cell: Optional[dict]) -> str:
+    """Step time; replayssm cells add the number of sites rewritten (0: the step ran standard)."""
+    if not cell or cell.get("us") is None:
+        return "n/a"
+    sites = f" ({cell['sites_rewritten']} sites)" if "sites_rewritten" in cell else ""
+    return f"{cell['us']:.0f}{sites}"
+
+
+def table_keys(results: dict) -> list:
+    keys = []
+    for row in results["rows"]:
+        keys += [k for k in row["cells"] if k not in keys]
+    return keys
+
+
+def format_table(results: dict) -> str:
+    """Markdown table: step time (us) per column, speedup of replay over compile, recurrent share."""
+    keys = table_keys(results)
+    meta = results["meta"]
+    lines = [f"device {meta['device']}, {meta['dtype']} weights, context {meta['context']}, L={meta['window']}, "
+             f"step = median of {meta['repeats']} x {meta['steps']} calls", "",
+             "| model | B | " + " | ".join(f"{k} us" for k in keys) + " | replay / compile | share in recurrent |",
+             "|---|---|" + "---|" * len(keys) + "---|---|"]
+    for row in results["rows"]:
+        cells = row["cells"]
+        speed = []
+        for suffix in ("", "+cg"):
+            c, r = cells.get("compile" + suffix, {}).get("us"), cells.get("replay" + suffix, {}).get("us")
+            if c and r:
+                speed.append(f"{c / r:.2f}x{suffix}")
+        share = ", ".join(f"{k} {100 * v:.0f}%" for k, v in row["recurrent_share"].items())
+        lines.append(f"| {row['model']} | {row['batch']} | " + " | ".join(_us(cells.get(k)) for k in keys)
+                     + f" | {' '.join(speed) or '-'} | {share or '-'} |")
+    failed = [(row["model"], row["batch"], k, c["why"]) for row in results["rows"] for k, c in row["cells"].items()
+              if c.get("why")]
+    lines += [f"\nn/a {m} B={b} {k}: {why}" for m, b, k, why in failed]
+    return "\n".join(lines)
+
+
+def plot(results: dict, path: str) -> Optional[str]:
+    """PNG of step time against batch, one panel per model; returns why not when matplotlib is missing."""
+    try:
+        import matplotlib  # noqa: PLC0415
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt  # noqa: PLC0415
+    except ImportError:
+        return "matplotlib is not installed (pip install matplotlib)"
+    models = list(dict.fromkeys(r["model"] for r in results["rows"]))
+    fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 4), squeeze=False)
+    for ax, name in zip(axes[0], models):
+        rows = [r for r in results["rows"] if r["model"] == name]
+        for key in table_keys(results):
+            pts = [(r["batch"], r["cells"][key]["us"]) for r in rows if r["cells"].get(key, {}).get("us")]
+            if pts:
+                ax.plot(*zip(*pts), marker="o", label=key)
+        ax.set(title=name, xscale="log", yscale="log", xlabel="batch", ylabel="decode step (us)")
+        ax.legend(fontsize=7)
+    fig.suptitle(f"decode step, {results['meta']['device']}, context {results['meta']['context']}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    return None
+
+
+def _dump(results: dict, path: Optional[str]) -> None:
+    if path:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(path, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+def _meta(args, argv) -> dict:
+    dev = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
+    import transformers  # noqa: PLC0415
+    return dict(date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), device=dev,
+                torch=torch.__version__, transformers=transformers.__version__,
+                commit=os.environ.get("REPLAYSSM_COMMIT", ""), command=" ".join(["replayssm bench model", *argv]),
+                dtype=str(args.dtype).replace("torch.", ""), context=args.context, window=args.window,
+                steps=args.steps, repeats=args.repeats, smoke=args.smoke, inductor=args.inductor, mlp_width=MLP_WIDTH)
+
+
+# ------------------------------------------------------------------------------------------- driver
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="replayssm bench model", description=__doc__.splitlines()[0])
+    lst = lambda conv: lambda s: [conv(v) for v in s.split(",") if v]  # noqa: E731
+    p.add_argument("--models", type=lst(str), default=list(SPECS), help=f"comma list of {', '.join(SPECS)}")
+    p.add_argument("--batch", type=lst(int), help=f"batch sizes (default {','.join(map(str, BATCHES))})")
+    p.add_argument("--columns", type=lst(str), default=list(COLUMNS), help=f"subset of {','.join(COLUMNS)}")
+    p.add_argument("--modes", type=lst(str), help="compiled columns' modes: default,reduce-overhead "
+                                                  "(default: both on CUDA, default on the CPU)")
+    p.add_argument("--context", type=int, help=f"prefilled tokens (default {REAL['context']})")
+    p.add_argument("--prefill-chunk", type=int, help=f"tokens per prefill call (default {REAL['prefill_chunk']})")
+    p.add_argument("--steps", type=int, help=f"decode calls per timing sample (default {REAL['steps']})")
+    p.add_argument("--repeats", type=int, help=f"timing samples, the median is reported (default {REAL['repeats']})")
+    p.add_argument("--window", type=int, help=f"replay window L (default {REAL['window']})")
+    p.add_argument("--min-batch", type=int, help="replayssm min_batch option (default: the backend's cost model)")
+    p.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"], help="weights (states stay fp32)")
+    p.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU in seconds (CI); implies --no-inductor")
+    p.add_argument("--no-inductor", dest="inductor", action="store_false",
+                   help="compiled columns run their graphs as captured (torch.compile backend 'eager', replayssm "
+                        "option inductor=False)")
+    p.add_argument("--out", help="JSON results path")
+    p.add_argument("--plot", help="PNG plot path (needs matplotlib)")
+    args = p.parse_args(argv)
+    preset = {**REAL, **(SMOKE if args.smoke else {})}
+    for key in ("context", "prefill_chunk", "steps", "repeats", "window"):
+        if getattr(args, key) is None:
+            setattr(args, key, preset[key])
+    args.batch = args.batch or list(SMOKE["batch"] if args.smoke else BATCHES)
+    args.device = "cuda" if torch.cuda.is_available() and not args.smoke else "cpu"
+    args.modes = args.modes or (list(MODES) if args.device == "cuda" else ["default"])
+    args.dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
+    args.inductor = args.inductor and not args.smoke
+    bad = [m for m in args.models if m not in SPECS] + [c for c in args.columns if c not in COLUMNS] + \
+          [m for m in args.modes if m not in MODES]
+    if bad:
+        p.error(f"unknown model(s)/column(s)/mode(s) {bad}; models: {', '.join(SPECS)}; "
+                f"columns: {', '.join(COLUMNS)}; modes: {', '.join(MODES)}")
+    if "reduce-overhead" in args.modes and args.device != "cuda":
+        p.error("mode reduce-overhead (CUDA graphs) needs a CUDA device")
+    return args
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    if args.device == "cpu":
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # before any replay kernel imports triton
+    bench = Bench(args)
+    per_row = 1 + sum(1 if c == "eager" else len(args.modes) for c in args.columns)
+    bench.total = len(args.models) * len(args.batch) * per_row
+    results = {"meta": _meta(args, argv), "rows": []}
+    for name in args.models:
+        spec = SPECS[name]
+        model = build_model(spec, args.smoke, args.device, args.dtype)
+        for batch in args.batch:
+            results["rows"].append(bench.row(name, spec, model, batch))
+            _dump(results, args.out)  # after every row: a run cut short keeps what it measured
+        del model
+        _free(args.device)
+    print(file=sys.stderr)
+    print(format_table(results))
+    if args.out:
+        print(f"\nwrote {args.out}")
+    if args.plot:
+        why = plot(results, args.plot)
+        print(f"plot not written: {why}" if why else f"wrote {args.plot}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
