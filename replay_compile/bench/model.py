@@ -60,6 +60,7 @@ class ModelSpec:
 
     config_class: str
     causal_lm: str
+    modeling: str              # transformers module defining causal_lm
     recurrence: str            # canonical family the backend must rewrite
     mixer: tuple               # (layer type attribute value, mixer attribute) of the linear-recurrent layers
     real: dict
@@ -73,7 +74,8 @@ def _common(hidden, layers):
 
 SPECS = {
     "nemotron3-super": ModelSpec(
-        "NemotronHConfig", "NemotronHForCausalLM", "mamba2", ("linear_attention", "mixer"),
+        "NemotronHConfig", "NemotronHForCausalLM", "nemotron_h.modeling_nemotron_h", "mamba2",
+        ("linear_attention", "mixer"),
         real=dict(_common(4096, 4), layers_block_type=["mamba", "mlp", "mamba", "attention"],
                   mamba_num_heads=128, mamba_head_dim=64, ssm_state_size=128, n_groups=8, conv_kernel=4,
                   chunk_size=128, num_attention_heads=32, num_key_value_heads=2, head_dim=128,
@@ -83,7 +85,8 @@ SPECS = {
                    num_attention_heads=4, num_key_value_heads=2, head_dim=8, intermediate_size=48,
                    use_mamba_kernels=False)),
     "qwen3.5-122b": ModelSpec(
-        "Qwen3_5TextConfig", "Qwen3_5ForCausalLM", "gated_deltanet", ("linear_attention", "linear_attn"),
+        "Qwen3_5TextConfig", "Qwen3_5ForCausalLM", "qwen3_5.modeling_qwen3_5", "gated_deltanet",
+        ("linear_attention", "linear_attn"),
         real=dict(_common(3072, 4), layer_types=["linear_attention"] * 3 + ["full_attention"],
                   linear_num_key_heads=16, linear_num_value_heads=64, linear_key_head_dim=128,
                   linear_value_head_dim=128, linear_conv_kernel_dim=4, num_attention_heads=32,
@@ -93,7 +96,8 @@ SPECS = {
                    linear_conv_kernel_dim=4, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
                    intermediate_size=48)),
     "kimi-linear": ModelSpec(
-        "KimiLinearConfig", "KimiLinearForCausalLM", "kda", ("linear_attention", "self_attn"),
+        "KimiLinearConfig", "KimiLinearForCausalLM", "kimi_linear.modeling_kimi_linear", "kda",
+        ("linear_attention", "self_attn"),
         real=dict(_common(2304, 4), layer_types=["linear_attention"] * 3 + ["full_attention"],
                   mlp_layer_types=["dense"] * 4, linear_attn_config=dict(head_dim=128, num_heads=32,
                                                                          short_conv_kernel_size=4),
@@ -112,6 +116,35 @@ REAL = dict(context=1024, prefill_chunk=256, steps=32, repeats=3, window=16)
 
 
 # ------------------------------------------------------------------------------------------ models
+LIBRARY_KERNELS = ("fla", "mamba_ssm", "causal_conv1d")
+
+
+def bind_torch_paths(specs) -> bool:
+    """Import the models' modeling modules with the kernel packages hidden; False if already imported.
+
+    transformers binds a recurrence to flash-linear-attention / mamba_ssm kernels when they are
+    importable, at module import. An opaque kernel leaves ``replayssm`` nothing to rewrite, so by
+    default the stacks run the models' torch code (``--library-kernels`` keeps the packages).
+    """
+    import importlib  # noqa: PLC0415
+    modules = [f"transformers.models.{spec.modeling}" for spec in specs]
+    if any(name in sys.modules for name in modules):
+        return False
+    missing = object()
+    saved = {name: sys.modules.get(name, missing) for name in LIBRARY_KERNELS}
+    sys.modules.update(dict.fromkeys(LIBRARY_KERNELS, None))  # `import fla` now fails
+    try:
+        for name in modules:
+            importlib.import_module(name)
+    finally:
+        for name, module in saved.items():
+            if module is missing:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = module
+    return True
+
+
 def build_model(spec: ModelSpec, smoke: bool, device: str, dtype: torch.dtype, seed: int = 0):
     """Random-weight causal LM of ``spec`` in eval mode (weights drawn on ``device``, then cast)."""
     import transformers  # noqa: PLC0415  (optional dependency: only this command needs it)
@@ -284,23 +317,26 @@ class Bench:
             cell["cudagraph_skips"] = _cudagraph_skips() - skips_before
         return cell
 
-    def row(self, name: str, spec: ModelSpec, model, batch: int) -> dict:
+    def row(self, name: str, spec: ModelSpec, model, batch: int, results: dict) -> None:
+        """Measure every column at ``batch`` into a new row of ``results``, saved after every cell."""
         args = self.args
         self.progress(f"{name} B={batch}: prefill {args.context} tokens")
         headroom = 8 + args.steps * args.repeats  # reference, first call, warm-up and timed steps
         decode = DecodeCache(model, batch, args.context, args.prefill_chunk, headroom, args.device)
         reference = decode.step_fn(model.forward)().float().clone()
         decode.restore()
-        row = dict(model=name, batch=batch, context=args.context, recurrence=spec.recurrence, cells={})
+        row = dict(model=name, batch=batch, context=args.context, recurrence=spec.recurrence, cells={},
+                   recurrent_share={})
+        results["rows"].append(row)
         for column in args.columns:
             for mode in (["eager"] if column == "eager" else args.modes):
                 key = column if mode in ("eager", "default") else f"{column}+cg"
                 self.progress(f"{name} B={batch} {key}")
                 row["cells"][key] = self.measure(model, spec, decode, column, mode, reference)
-        row["recurrent_share"] = recurrent_shares(row["cells"])
+                row["recurrent_share"] = recurrent_shares(row["cells"])
+                _dump(results, args.out)  # a run cut short keeps what it measured
         del decode
         _free(args.device)
-        return row
 
 
 def _cudagraph_skips() -> int:
@@ -403,7 +439,8 @@ def _meta(args, argv) -> dict:
                 torch=torch.__version__, transformers=transformers.__version__,
                 commit=os.environ.get("REPLAYSSM_COMMIT", ""), command=" ".join(["replayssm bench model", *argv]),
                 dtype=str(args.dtype).replace("torch.", ""), context=args.context, window=args.window,
-                steps=args.steps, repeats=args.repeats, smoke=args.smoke, inductor=args.inductor, mlp_width=MLP_WIDTH)
+                steps=args.steps, repeats=args.repeats, smoke=args.smoke, inductor=args.inductor, mlp_width=MLP_WIDTH,
+                library_kernels=args.library_kernels)
 
 
 # ------------------------------------------------------------------------------------------- driver
@@ -422,6 +459,9 @@ def parse_args(argv):
     p.add_argument("--window", type=int, help=f"replay window L (default {REAL['window']})")
     p.add_argument("--min-batch", type=int, help="replayssm min_batch option (default: the backend's cost model)")
     p.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"], help="weights (states stay fp32)")
+    p.add_argument("--library-kernels", action="store_true",
+                   help="let transformers use fla / mamba_ssm / causal_conv1d kernels when installed (replayssm "
+                        "then finds no recurrence to rewrite in those layers); default: the models' torch code")
     p.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU in seconds (CI); implies --no-inductor")
     p.add_argument("--no-inductor", dest="inductor", action="store_false",
                    help="compiled columns run their graphs as captured (torch.compile backend 'eager', replayssm "
@@ -453,6 +493,8 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.device == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before any replay kernel imports triton
+    if not args.library_kernels and not bind_torch_paths([SPECS[m] for m in args.models]):
+        print("note: transformers modeling modules were imported before; kernel packages not hidden", file=sys.stderr)
     bench = Bench(args)
     per_row = 1 + sum(1 if c == "eager" else len(args.modes) for c in args.columns)
     bench.total = len(args.models) * len(args.batch) * per_row
@@ -461,8 +503,7 @@ def main(argv=None) -> int:
         spec = SPECS[name]
         model = build_model(spec, args.smoke, args.device, args.dtype)
         for batch in args.batch:
-            results["rows"].append(bench.row(name, spec, model, batch))
-            _dump(results, args.out)  # after every row: a run cut short keeps what it measured
+            bench.row(name, spec, model, batch, results)
         del model
         _free(args.device)
     print(file=sys.stderr)

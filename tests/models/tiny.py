@@ -16,6 +16,10 @@ MiniMax has no dense option, so its tiny model keeps a 4-expert MoE.
 Requires transformers 5.x (written against 5.17.0).
 """
 
+import contextlib
+import importlib
+import sys
+
 import torch
 import transformers
 
@@ -184,6 +188,43 @@ BUILDERS = {
     "minimax": (minimax_config, "MiniMaxForCausalLM"),
 }
 FAMILIES = tuple(BUILDERS)
+
+# Packages whose fused kernels transformers prefers over the models' torch code when importable.
+LIBRARY_KERNELS = ("fla", "mamba_ssm", "causal_conv1d")
+MODELING_MODULES = [f"transformers.models.{f}.modeling_{f}" for f in FAMILIES]
+
+
+@contextlib.contextmanager
+def hidden_packages(names):
+    """Make ``import name`` fail inside the block (``sys.modules[name] = None``), restore afterwards."""
+    missing = object()
+    saved = {name: sys.modules.get(name, missing) for name in names}
+    sys.modules.update(dict.fromkeys(names, None))
+    try:
+        yield
+    finally:
+        for name, module in saved.items():
+            if module is missing:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = module
+
+
+def _bind_torch_paths():
+    """Import the modeling modules while the kernel packages are hidden, so the models run their torch code.
+
+    Why: transformers binds a model's recurrence to flash-linear-attention / mamba_ssm kernels when
+    they are importable (the GPU machine has fla). An opaque kernel has no recurrence for the backend
+    to rewrite; these tests check the torch spellings. The choice is made once, at module import.
+    """
+    if any(name in sys.modules for name in MODELING_MODULES):
+        return  # bound already; a library kernel in use shows up as a missing rewrite in test_generate_replay
+    with hidden_packages(LIBRARY_KERNELS):
+        for name in MODELING_MODULES:
+            importlib.import_module(name)
+
+
+_bind_torch_paths()
 
 
 def tiny_config(family, **overrides):

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# models helper's GPU run (issue 5): transformers hybrids end to end under replayssm, and `replayssm bench model`.
+# Runtime: <= ~7 min in all, each part time-boxed (a part cut short keeps what it wrote under $OUT):
+#   e2e tests (tests/models/test_generate_replay.py -m gpu: 12 tiny-model runs with the Triton kernels + one
+#   through Inductor)                                                                                 <= 120 s
+#   bench at batch 256, all columns, CUDA graphs (reduce-overhead), 60 s per model                    <= 180 s
+#   bench at batch 1 (compile vs replayssm: the "no slower at batch 1" target)                        <= 70 s
+#   bench batch sweep 8,32,128 for the GDN stack (plot)                                               <= 60 s
+# Compiles dominate (one Inductor compile per column and batch). Usage: bash benchmarks/gpu/models.sh [commit]
+set -u
+OUT="${OUT:-/tmp/out}"
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 REPLAYSSM_COMMIT=${1:-${REPLAYSSM_COMMIT:-unknown}}
+part() {  # part NAME SECONDS CMD...: run with a limit, keep its output, print its tail
+  local name=$1 secs=$2; shift 2
+  echo "=== $name (limit ${secs}s)"; local t0=$SECONDS
+  timeout "$secs" "$@" > "$OUT/models_$name.txt" 2>&1; echo "rc=$? in $((SECONDS - t0))s" | tee -a "$OUT/models_$name.txt"
+  tail -n "${TAIL:-20}" "$OUT/models_$name.txt" | cut -c1-240
+}
+BENCH=(python3 -m replay_compile.cli bench model)
+TAIL=30 part e2e 120 python3 -m pytest -m gpu tests/models/test_generate_replay.py -v -rA --durations=0 \
+  -p no:cacheprovider
+for model in qwen3.5-122b nemotron3-super kimi-linear; do  # one time box per model; JSON saved after every cell
+  TAIL=10 part "bench_b256_$model" 60 "${BENCH[@]}" --models "$model" --batch 256 --modes reduce-overhead \
+    --columns eager,compile,replay,no-recurrent,replay-fp8 --out "$OUT/models_bench_b256_$model.json"
+done
+TAIL=12 part bench_b1 70 "${BENCH[@]}" --batch 1 --modes reduce-overhead --columns compile,replay \
+  --out "$OUT/models_bench_b1.json"
+TAIL=12 part bench_sweep 60 "${BENCH[@]}" --models qwen3.5-122b --batch 8,32,128 --modes reduce-overhead \
+  --columns compile,replay,replay-fp8 --out "$OUT/models_bench_sweep.json" --plot "$OUT/models_bench_sweep.png"
