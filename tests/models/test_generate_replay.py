@@ -18,7 +18,8 @@ says so and stops comparing that row). States stay fp32 except MiniMax's, which 
 Default suite: one cheap family at short length on the CPU (``inductor=False``: the rest of the
 graph runs as captured, so the only difference from eager is the recurrence). ``slow``: the full
 matrix (6 families x batch {1, 4 left-padded} x {fp32, bf16} weights, 64 tokens + a 16-token
-continuation). ``gpu``: the same with the Triton kernels, and one family through Inductor.
+continuation). ``gpu``: batch 4 of that matrix with the Triton kernels, and one family through
+Inductor. The models run their torch code even where fla / mamba_ssm are installed (tiny.py).
 """
 
 import copy
