@@ -112,7 +112,9 @@ SPECS = {
                    moe_intermediate_size=16)),
 }
 SMOKE = dict(batch=[2], context=12, prefill_chunk=8, steps=4, repeats=1, window=4)
-REAL = dict(context=1024, prefill_chunk=256, steps=32, repeats=3, window=16)
+# prefill_chunk 64: transformers' torch chunked KDA builds a [B, H, T/64, 64, 64, K] fp32 decay tensor per call
+# (17 GB at batch 256 and 64 tokens, a few of them live at once); longer calls would not fit on one GPU.
+REAL = dict(context=1024, prefill_chunk=64, steps=32, repeats=3, window=16)
 
 
 # ------------------------------------------------------------------------------------------ models
