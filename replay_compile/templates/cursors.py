@@ -4,11 +4,14 @@
 Every program of a row reads the row's ``count`` and the ring's shared records (keys per key head,
 log-decays and betas per value head, read by every value tile). A pre-flushing row folds its old
 records and then writes its new ones over the same ring positions, so those shared writes and the
-cursor update must wait until every program of the row has read. Each program, once done with them,
-adds 1 to the row's ``arrivals`` counter (an acq_rel atomic, after a barrier of its own threads); the
-program that brings it to the number of programs of the row is the last reader, so it writes the
-shared records, moves ``count`` and ``flushes`` (``finalize_row``) and sets ``arrivals`` back to 0 for the
-next call. Tile-private records (``u``, raw ``v``) are written by each program itself. Nothing is read
+cursor update must wait until every program of the row has read. Each program, as soon as it has
+used the cursors (``count``, and ``flushes`` for stochastic rounding) and the old records of a pre-flush
+(the only ring positions the new records overwrite), adds 1 to the row's ``arrivals`` counter (a
+release atomic after a barrier of its own threads: it waits for no store, so it costs almost nothing);
+the program that brings it to the number of programs of the row is the last reader, so at its end it
+sets ``arrivals`` back to 0 (acquire), writes the shared records and moves ``count`` and ``flushes``
+(``finalize_row``). Reads after the increment (the committed window below ``count0``, this call's inputs)
+never meet the last program's writes (positions ``count0`` and up). Tile-private records (``u``, raw ``v``) are written by each program itself. Nothing is read
 on the host, so one launch per call replays in a CUDA graph with fresh cursor values.
 """
 from __future__ import annotations
@@ -68,6 +71,7 @@ def finalize_row(k, log_a, beta, b, slot, pre, post, count0, ring_k, ring_la, ri
                  BHV: tl.constexpr, BHK: tl.constexpr, BK: tl.constexpr, DECAY: tl.constexpr, RAW: tl.constexpr,
                  COMMIT: tl.constexpr):
     """Row ``b`` (slot ``slot``, live): write its new shared records (k ``[T, HK, K]``, log_a, raw beta), move its cursors."""
+    tl.atomic_xchg(arrivals + slot, 0, sem="acquire")  # the others' reads happen before the writes below
     for t in tl.static_range(T):
         pos = slot * L + count0 + t
         tok = b * T + t
@@ -86,7 +90,6 @@ def finalize_row(k, log_a, beta, b, slot, pre, post, count0, ring_k, ring_la, ri
     tl.store(count + slot, new_count.to(count.dtype.element_ty))
     f = tl.load(flushes + slot)
     tl.store(flushes + slot, f + pre.to(f.dtype) + post.to(f.dtype))
-    tl.atomic_xchg(arrivals + slot, 0)
 
 
 @triton.jit

@@ -145,49 +145,70 @@ def _column(Y, cols, c):
 
 
 @triton.jit
-def _fold(S, lg, KWp, U, DECAY: tl.constexpr, PREC: tl.constexpr):
-    """The checkpoint after a window: ``G * S + KWp^T U`` (``G = exp(lg)`` per tile or per key row)."""
+def _row(X, j, i):
+    """Row ``i`` of ``X [BL, BC]`` (a masked reduction: registers cannot be indexed by a loop variable)."""
+    return tl.sum(tl.where((j == i)[:, None], X, 0.0), 0)
+
+
+@triton.jit
+def _fold(S, lg, KWp, U, j, BL: tl.constexpr, DECAY: tl.constexpr):
+    """The checkpoint after a window: ``G * S + sum_i KWp_i U_i^T`` (``G = exp(lg)`` per tile or per key row).
+
+    Rank-1 updates in fp32 registers: only rows that flush run it, and a ``tl.dot`` here would hold a
+    second ``[BK, BV]`` accumulator and shared-memory operands in every program (registers and occupancy
+    of the non-flush path; an fp32 FMA dot spills to local memory on sm_90).
+    """
     if DECAY == 1:
         S = S * tl.exp(lg)
     elif DECAY == 2:
         S = S * tl.exp(lg)[:, None]
-    return tl.dot(tl.trans(KWp), U, S, input_precision=PREC, out_dtype=S.dtype)
+    for i in range(0, BL):
+        S += _row(KWp, j, i)[:, None] * _row(U, j, i)[None, :]
+    return S
 
 
 @triton.jit
-def _true_updates(S, KR, LAF, VR, BETA, j, BL: tl.constexpr, DECAY: tl.constexpr, PREC: tl.constexpr):
+def _true_updates(S, KR, LAF, VR, BETA, j, BL: tl.constexpr, DECAY: tl.constexpr):
     """``(lg, KWp, U)`` after replaying the delta recurrence over raw records from the exact checkpoint ``S``.
 
-    ``u_i = beta_i (v_i - a_i S_{i-1}^T k_i)``: the checkpoint part of every record at once
-    (``S^T (G_i k_i)``, one ``tl.dot``), then the records in order, each seeing the ones before it
-    (the triangular solve, as forward substitution). Positions past the window hold zeros in every input,
-    so their ``u`` is 0 and they leave ``lg`` and ``KWp`` as they were.
+    ``u_i = beta_i (v_i - a_i S_{i-1}^T k_i)`` record by record, each seeing the checkpoint (decayed to
+    it) and the records before it (forward substitution of the window's triangular system). Positions
+    past the window hold zeros in every input, so their ``u`` is 0 and they leave ``lg`` and ``KWp`` as
+    they were.
     """
-    KG = KR
     lg = 0.0
-    if DECAY == 1:
-        KG = KR * tl.exp(tl.cumsum(LAF, 0))[:, None]
+    if DECAY > 0:
         lg = tl.zeros_like(tl.sum(LAF, 0))
-    elif DECAY == 2:
-        KG = KR * tl.exp(tl.cumsum(LAF, 0))
-        lg = tl.zeros_like(tl.sum(LAF, 0))
-    Y = tl.dot(tl.trans(S), tl.trans(KG), input_precision=PREC, out_dtype=S.dtype)  # [BV, BL]: column i = S^T (G_i k_i)
     KWp = tl.zeros_like(KR)
     U = tl.zeros_like(VR)
     for i in range(0, BL):
-        sel = j == i
-        k_i = tl.sum(tl.where(sel[:, None], KR, 0.0), 0)
+        k_i = _row(KR, j, i)
         la_i = 0.0
         if DECAY == 2:
-            la_i = tl.sum(tl.where(sel[:, None], LAF, 0.0), 0)
+            la_i = _row(LAF, j, i)
         elif DECAY == 1:
-            la_i = tl.sum(tl.where(sel, LAF, 0.0), 0)
+            la_i = tl.sum(tl.where(j == i, LAF, 0.0), 0)
         lg, KWp = _advance(lg, KWp, la_i, k_i, j, i, DECAY)
-        v_i = tl.sum(tl.where(sel[:, None], VR, 0.0), 0)
-        beta_i = tl.sum(tl.where(sel, BETA, 0.0), 0)
-        u_i = beta_i * (v_i - _column(Y, j, i) - _window_read(KWp, U, k_i))  # U row i is still 0
-        U = tl.where(sel[:, None], u_i[None, :], U)
+        beta_i = tl.sum(tl.where(j == i, BETA, 0.0), 0)
+        sk = _state_read(S, _decay_of(lg, DECAY), k_i) + _window_read(KWp, U, k_i)  # U row i is still 0
+        U = tl.where((j == i)[:, None], (beta_i * (_row(VR, j, i) - sk))[None, :], U)
     return lg, KWp, U
+
+
+@triton.jit
+def _state_tile(state, slot, h, vt, stride_sn, stride_sh, stride_sk, stride_sv, K: tl.constexpr, V: tl.constexpr,
+                BK: tl.constexpr, BV: tl.constexpr, LAYOUT_KV: tl.constexpr):
+    """Block pointer to the ``[BK, BV]`` checkpoint tile (keys x values) of one (slot, head, value tile).
+
+    A block pointer keeps the tile's address in scalars until the load or store, where a pointer
+    tensor (8 bytes per element) would stay live across the kernel for the flush-row store.
+    """
+    head = state + slot * stride_sn + h * stride_sh
+    if LAYOUT_KV:
+        blk = tl.make_block_ptr(head, (K, V), (stride_sk, stride_sv), (0, vt * BV), (BK, BV), (1, 0))
+    else:
+        blk = tl.make_block_ptr(head, (K, V), (stride_sk, stride_sv), (0, vt * BV), (BK, BV), (0, 1))
+    return blk
 
 
 @triton.jit
@@ -213,8 +234,7 @@ def replay_kernel(
     K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BHV: tl.constexpr, BHK: tl.constexpr,
     DECAY: tl.constexpr, DELTA: tl.constexpr, RAW: tl.constexpr, READ: tl.constexpr, LAYOUT_KV: tl.constexpr,
     COMMIT: tl.constexpr, FORCE: tl.constexpr, MATERIALIZE: tl.constexpr, HAS_SLOTS: tl.constexpr,
-    SR: tl.constexpr, SR_MANT: tl.constexpr, SR_EMIN: tl.constexpr, CD: tl.constexpr, FOLD_PREC: tl.constexpr,
-    READ_PREC: tl.constexpr,
+    SR: tl.constexpr, SR_MANT: tl.constexpr, SR_EMIN: tl.constexpr, CD: tl.constexpr, READ_PREC: tl.constexpr,
 ):
     """Row ``b``, value head ``h``, value tile ``vt`` of a replay call over ``T`` tokens.
 
@@ -229,6 +249,9 @@ def replay_kernel(
     HK: tl.constexpr = HV // GROUP
     hk = h // GROUP
     slot, live, c = load_row(slots, count, b, L, HAS_SLOTS)
+    n_flushes = 0
+    if SR:  # the stochastic-rounding stream of this flush, read before the last program moves it
+        n_flushes = tl.load(flushes + slot, mask=live, other=0)
 
     offs_k = tl.arange(0, BK)
     offs_v = vt * BV + tl.arange(0, BV)
@@ -236,7 +259,6 @@ def replay_kernel(
     mask_kv = mask_k[:, None] & mask_v[None, :]
     j = tl.arange(0, BL)
     head = slot * HV + h
-    s_tile = state + slot * stride_sn + h * stride_sh + offs_k[:, None] * stride_sk + offs_v[None, :] * stride_sv
     if LAYOUT_KV:
         R: tl.constexpr = K
         C: tl.constexpr = V
@@ -255,12 +277,15 @@ def replay_kernel(
         base = load_read_tile(read_data, read_row_scale, read_block_scale, head, rows, cols, mask_rc, live,
                               R, C, BR, BC, READ, LAYOUT_KV, CD)
     else:
-        base = tl.load(s_tile, mask=mask_kv & live, other=0.0).to(CD)
+        base = tl.load(_state_tile(state, slot, h, vt, stride_sn, stride_sh, stride_sk, stride_sv, K, V, BK, BV,
+                                   LAYOUT_KV), boundary_check=(0, 1), padding_option="zero").to(CD)
+        base = tl.where(live, base, 0.0)  # a padding row read slot 0's tile: it must not show
     pre, post, count0 = row_phase(c, live, T, L, COMMIT, FORCE, MATERIALIZE)
     flush = pre | post
     if READ > 0:
         if flush:  # rows that write the checkpoint read it exactly
-            base = tl.load(s_tile, mask=mask_kv, other=0.0).to(CD)
+            base = tl.load(_state_tile(state, slot, h, vt, stride_sn, stride_sh, stride_sk, stride_sv, K, V, BK, BV,
+                                       LAYOUT_KV), boundary_check=(0, 1), padding_option="zero").to(CD)
 
     # per-position strides of records (ring and inputs alike)
     KS: tl.constexpr = HK * K
@@ -285,12 +310,15 @@ def replay_kernel(
         if RAW:
             VO = _gather(rv, xv, US, j, c, 0, cols_v, mask_v, CD)
             BO = _gather1(rbeta, xbeta, HV, j, c, 0, CD)
-            lgo, KWo, UO = _true_updates(base, KO, LAO, VO, BO, j, BL, DECAY, FOLD_PREC)
+            lgo, KWo, UO = _true_updates(base, KO, LAO, VO, BO, j, BL, DECAY)
         else:
             lgo, KWo = _weights_at(KO, LAO, LNO, j, c - 1, DECAY)
             UO = _gather(ru, xv, US, j, c, 0, cols_v, mask_v, CD)
-        base = _fold(base, lgo, KWo, UO, DECAY, FOLD_PREC)
-        tl.debug_barrier()  # every old record is read before this row's new records overwrite them
+        base = _fold(base, lgo, KWo, UO, j, BL, DECAY)
+    # NOTE [one launch per call] (cursors.py): this program's reads of the row's cursors and of the
+    # records the last program overwrites are done (every thread used them before the barrier)
+    tl.debug_barrier()
+    arrived = tl.atomic_add(arrivals + slot, 1, mask=live, sem="release")
 
     # the committed window, weighted to its last position; the T tokens join it one at a time
     KW = _gather(rk, xk, KS, j, count0, 0, offs_k, mask_k, CD)
@@ -356,27 +384,25 @@ def replay_kernel(
             LAF, _ = _gather_decays(rla, xla, LS, j, count0, T, offs_k, mask_k, DECAY, CD)
             VR = _gather(rv, xv, US, j, count0, T, cols_v, mask_v, CD)
             BR_ = _gather1(rbeta, xbeta, HV, j, count0, T, CD)
-            lg, KWp, U = _true_updates(base, KR, LAF, VR, BR_, j, BL, DECAY, FOLD_PREC)
-        base = _fold(base, lg, KWp, U, DECAY, FOLD_PREC)
+            lg, KWp, U = _true_updates(base, KR, LAF, VR, BR_, j, BL, DECAY)
+        base = _fold(base, lg, KWp, U, j, BL, DECAY)
     if flush:
         if SR:
             if LAYOUT_KV:
                 phys = offs_k[:, None] * V + offs_v[None, :]
             else:
                 phys = offs_v[None, :] * K + offs_k[:, None]
-            seed_row = slot_seed(seed, slot, tl.load(flushes + slot))
+            seed_row = slot_seed(seed, slot, n_flushes)
             stored = stochastic_round(base.to(tl.float32), seed_row, (h * K * V + phys).to(tl.int32), SR_MANT, SR_EMIN)
         else:
             stored = base.to(state.dtype.element_ty).to(CD)
-        tl.store(s_tile, stored.to(state.dtype.element_ty), mask=mask_kv)
+        tl.store(_state_tile(state, slot, h, vt, stride_sn, stride_sh, stride_sk, stride_sv, K, V, BK, BV, LAYOUT_KV),
+                 stored.to(state.dtype.element_ty), boundary_check=(0, 1))
         if READ > 0:
             store_read_tile(stored.to(tl.float32), read_data, read_row_scale, read_block_scale, head, rows, cols,
                             mask_rc, flush, R, C, BR, BC, READ, LAYOUT_KV)
 
-    # NOTE [one launch per call]: see cursors.py
-    tl.debug_barrier()
-    arrived = tl.atomic_add(arrivals + slot, 1, mask=live, sem="acq_rel")
-    if live & (arrived == HV * tl.num_programs(2) - 1):
+    if live & (arrived == HV * tl.num_programs(2) - 1):  # the row's last program
         finalize_row(k, log_a, beta, b, slot, pre, post, count0, ring_k, ring_la, ring_beta, count, flushes,
                      arrivals, T, L, HV, HK, K, BHV, BHK, BK, DECAY, RAW, COMMIT)
 
@@ -485,7 +511,7 @@ def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[t
         DECAY=_DECAY_CODE[spec.decay], DELTA=spec.delta, RAW=spec.raw, READ=READ_CODES[spec.read_format],
         LAYOUT_KV=spec.layout == "kv", COMMIT=commit, FORCE=force_flush, MATERIALIZE=materialize,
         HAS_SLOTS=slots is not None, SR=spec.stochastic_rounding, SR_MANT=sr_mant, SR_EMIN=sr_emin,
-        CD=tl.float64 if fp64 else tl.float32, FOLD_PREC="ieee" if fp64 else "tf32x3", READ_PREC="ieee" if fp64 else "tf32x3",
+        CD=tl.float64 if fp64 else tl.float32, READ_PREC="ieee" if fp64 else "tf32x3",
         num_warps=tile.num_warps)
 
 
