@@ -2,6 +2,7 @@
 import json
 
 import pytest
+import torch
 
 pytest.importorskip("transformers")
 
@@ -10,21 +11,42 @@ from replay_compile.bench import model as bench_model  # noqa: E402
 
 def test_smoke_run_writes_table_json_and_progress(tmp_path, capsys):
     out, png = tmp_path / "model.json", tmp_path / "model.png"
-    argv = ["--smoke", "--models", "qwen3.5-122b", "--columns", "eager,replay,no-recurrent", "--steps", "1",
+    argv = ["--smoke", "--models", "qwen3.5-122b", "--columns", "replay,no-recurrent", "--steps", "1",
             "--out", str(out), "--plot", str(png)]
     assert bench_model.main(argv) == 0
     captured = capsys.readouterr()
-    assert "[1/4] qwen3.5-122b B=2: prefill 12 tokens" in captured.err
+    assert "[1/3] qwen3.5-122b B=2: prefill 12 tokens" in captured.err
     assert "| qwen3.5-122b | 2 |" in captured.out and "(3 sites)" in captured.out
     results = json.loads(out.read_text())
     (row,) = results["rows"]
-    assert set(row["cells"]) == {"eager", "replay", "no-recurrent"}
+    assert set(row["cells"]) == {"replay", "no-recurrent"}
     assert all(cell["us"] > 0 for cell in row["cells"].values()), row
     replay = row["cells"]["replay"]
     assert replay["sites_rewritten"] == 3  # the three GDN layers of the stack
     assert replay["rel_err"] < 3e-2  # bf16 weights
     assert results["meta"]["context"] == 12 and results["meta"]["inductor"] is False
     assert png.exists() or "plot not written: matplotlib" in captured.out
+
+
+@pytest.mark.parametrize("name", list(bench_model.SPECS))
+def test_decode_step_after_chunked_prefill_matches_full_forward(name):
+    """The timed step is a real decode step: prefilled in chunks into the static cache, its logits equal
+    those of one cache-free forward over the whole prompt (fp32)."""
+    spec = bench_model.SPECS[name]
+    bench_model.bind_torch_paths([spec])
+    model = bench_model.build_model(spec, smoke=True, device="cpu", dtype=torch.float32)
+    decode = bench_model.DecodeCache(model, batch=2, context=12, prefill_chunk=5, headroom=4, device="cpu")
+    prompt = torch.randint(3, model.config.vocab_size, (2, 13), generator=torch.Generator().manual_seed(1))
+    assert torch.equal(decode.token, prompt[:, 12:])
+    with torch.no_grad():
+        expected = model(input_ids=prompt).logits[:, -1:]
+    for _ in range(2):  # restore() puts the cache back exactly
+        torch.testing.assert_close(decode.step_fn(model.forward)(), expected, atol=1e-5, rtol=1e-5)
+        decode.restore()
+    with bench_model.without_recurrence(model, spec):
+        assert len([m for m in model.modules() if isinstance(m, bench_model.NoRecurrence)]) == \
+            len(bench_model.recurrent_mixers(model, spec)) == (2 if spec.recurrence == "mamba2" else 3)
+    assert not any(isinstance(m, bench_model.NoRecurrence) for m in model.modules())
 
 
 def test_shares_and_table_from_results():

@@ -201,7 +201,8 @@ class DecodeCache:
         prompt = torch.randint(3, model.config.vocab_size, (batch, context + 1), generator=g).to(device)
         with torch.no_grad():
             for start in range(0, context, prefill_chunk):
-                model(input_ids=prompt[:, start:start + prefill_chunk], past_key_values=self.cache, use_cache=True)
+                end = min(start + prefill_chunk, context)  # the last prompt token is the decode step's input
+                model(input_ids=prompt[:, start:end], past_key_values=self.cache, use_cache=True)
         self.token = prompt[:, context:]
         self.snapshot = [(t, t.clone()) for t in self.tensors()]
 
