@@ -18,7 +18,7 @@ says so and stops comparing that row). States stay fp32 except MiniMax's, which 
 Default suite: one cheap family at short length on the CPU (``inductor=False``: the rest of the
 graph runs as captured, so the only difference from eager is the recurrence). ``slow``: the full
 matrix (6 families x batch {1, 4 left-padded} x {fp32, bf16} weights, 64 tokens + a 16-token
-continuation). ``gpu``: batch 4 of that matrix with the Triton kernels, and one family through
+continuation). ``gpu``: fp32 at batch 4 with the Triton kernels, and one bf16 family through
 Inductor. The models run their torch code even where fla / mamba_ssm are installed (tiny.py).
 """
 
@@ -196,10 +196,11 @@ def test_generation_matches_eager(family, batch, dtype):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("family,batch,dtype", matrix([4], [torch.float32, torch.bfloat16]))
+@pytest.mark.parametrize("family,batch,dtype", matrix([4], [torch.float32]))
 def test_generation_matches_eager_triton_kernels(family, batch, dtype):
     """On the GPU the rewritten sites run the Triton kernels; the rest of the graph runs as captured.
-    Batch 4 only (left padding; batch 1 runs in the CPU matrix) to keep the GPU run near 2 minutes."""
+    fp32 weights (the tightest tolerance on the kernels) at batch 4 (left padding) only, to keep the GPU
+    run near 2 minutes; bf16 goes through Inductor below, the rest of the matrix runs on the CPU."""
     run_case(family, batch, dtype, new_tokens=64, more_tokens=16, device="cuda",
              options=dict(GPU_OPTIONS, inductor=False, kernels="triton"))
 
