@@ -11,6 +11,12 @@ set -u
 OUT="${OUT:-/tmp/out}"
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 REPLAYSSM_COMMIT=${1:-${REPLAYSSM_COMMIT:-unknown}}
+# the backend's entry point needs the package installed; transformers (test extra) from wheels carried in
+# .whl/models (pip download transformers==5.17.0 for cp312 manylinux: only missing dependencies get installed)
+python3 -m pip install --no-build-isolation --no-deps -e . -q 2>&1 | grep -v WARN | tail -2
+python3 -c "import transformers" 2>/dev/null || python3 -m pip install -q --no-index --find-links .whl/models \
+  "transformers==5.17.0" 2>&1 | grep -v WARN | tail -2
+python3 -c "import transformers; print('transformers', transformers.__version__)"
 part() {  # part NAME SECONDS CMD...: run with a limit, keep its output, print its tail
   local name=$1 secs=$2; shift 2
   echo "=== $name (limit ${secs}s)"; local t0=$SECONDS
