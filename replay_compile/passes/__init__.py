@@ -204,7 +204,9 @@ def _validate_sites(gm, example_inputs, options, sites, placeholders) -> None:
         log.warning("replayssm: rewrite of %s failed", names, exc_info=True)
         raise Rejected("rewrite_failed", f"{type(e).__name__}: {e}") from e
     try:
-        bad = validate.check(gm, candidate, example_inputs, [placeholders.index(s.placeholder) for s in sites])
+        floor = validate.tolerance_of([n for s in sites for step in s.steps for n in rewrite_sites.leaf_nodes(step)])
+        bad = validate.check(gm, candidate, example_inputs, [placeholders.index(s.placeholder) for s in sites],
+                             state_floor=floor)
     except Exception as e:  # noqa: BLE001
         raise Rejected("validation_error", f"{type(e).__name__}: {e}") from e
     if bad:

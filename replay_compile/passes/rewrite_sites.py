@@ -11,8 +11,10 @@ as in an autoregressive unroll, forces one op per token). Speculative sites need
 op, so they are rejected when that is impossible.
 
 # NOTE [log decay]
-A decay leaf ``exp(x)`` contributes ``x`` to ``log_a`` (no log/exp round trip); any other leaf
-contributes ``log(leaf)`` (a precomputed decay), a constant ``log(c)``.
+A decay leaf ``exp(x)`` computed in fp32/fp64 contributes ``x`` to ``log_a`` (no log/exp round
+trip); any other leaf contributes ``log(leaf)`` (a precomputed decay, or an ``exp`` rounded to 16
+bits: the log of the rounded value, taken after widening, reproduces the decay eager multiplies
+by), a constant ``log(c)``.
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ import torch.fx as fx
 
 from ..ops.registry import site_config
 from .find_sites import Rejected, Site
-from .normal_form import LABELS, atoms, exp_argument, inplace_of, op_name, shape_of
+from .normal_form import LABELS, atoms, dtype_of, exp_argument, inplace_of, op_name, shape_of
 
 _DIM = {a: i for i, a in enumerate(LABELS)}
 
@@ -85,6 +87,13 @@ class _Builder:
                 x = self.call("unsqueeze", x, i, method=True)
         return x
 
+    def widened(self, node) -> fx.Node:
+        """``node`` in the state's compute precision when it is a 16-bit float (exact: a widening cast)."""
+        if dtype_of(node) not in (torch.bfloat16, torch.float16):
+            return node
+        return self.call("to", node, torch.float64 if dtype_of(self.state) == torch.float64 else torch.float32,
+                         method=True)
+
     def leaf(self, f, target):
         if f.node is None:
             return None, f.const ** f.power
@@ -115,8 +124,10 @@ class _Builder:
                     raise Rejected("decay", "a non-positive constant decay")
                 const += f.power * math.log(f.const)
                 continue
-            arg = exp_argument(f.node)
-            x = self.align(arg if arg is not None else self.call(torch.log, f.node), f.labels, target, f.flat)
+            # exp(x) rounded to 16 bits is not exp(x): the log of the decay as stored keeps its rounding
+            arg = exp_argument(f.node) if dtype_of(f.node) in (torch.float32, torch.float64) else None
+            x = self.align(arg if arg is not None else self.call(torch.log, self.widened(f.node)), f.labels,
+                           target, f.flat)
             if f.power != 1:
                 x = self.call(torch.neg, x)
             out = x if out is None else self.call(torch.add, out, x)
@@ -125,7 +136,7 @@ class _Builder:
         return out if const == 0.0 else self.call(torch.add, out, const)
 
 
-def _leaf_nodes(step) -> list:
+def leaf_nodes(step) -> list:
     """Graph values a step's canonical inputs are built from."""
     leaves = list(step.k) + list(step.decay) + list(step.q or []) + list(step.beta or [])
     for _, vs in step.v:
@@ -137,7 +148,7 @@ def _early_users(site: Site, steps, anchor_pos: int, order) -> list:
     """Descendants of ``steps``' reads placed before the op's anchor (moved after it), or None when
     one is an input of the chunk or moving them past an in-place write would change their value."""
     pos = {n: i for i, n in enumerate(order)}
-    leaves = {n for s in steps for n in _leaf_nodes(s)}
+    leaves = {n for s in steps for n in leaf_nodes(s)}
     found, stack = set(), [r for s in steps for r, *_ in s.reads]
     while stack:
         for u in stack.pop().users:
@@ -156,7 +167,7 @@ def _early_users(site: Site, steps, anchor_pos: int, order) -> list:
 def plan_chunks(site: Site, order: list) -> list:
     """Consecutive generations sharing one op (NOTE [op placement]): ``[(first, last, anchor_pos, moved)]``."""
     pos = {n: i for i, n in enumerate(order)}
-    anchor_of = lambda steps: max((pos[n] for s in steps for n in _leaf_nodes(s)), default=-1)  # noqa: E731
+    anchor_of = lambda steps: max((pos[n] for s in steps for n in leaf_nodes(s)), default=-1)  # noqa: E731
     chunks, start = [], 0
     while start < len(site.steps):
         end = start
