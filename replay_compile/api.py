@@ -32,6 +32,7 @@ class ExplainReport:
         lines = [f"replayssm: {len(self.sites)} site(s) rewritten, {len(self.rejected)} state(s) left alone"]
         for s in self.sites:
             lines.append(f"  rewrite {s.state}: {s.family} state {list(s.state_shape)} layout {s.layout}, "
+                         f"{s.k_heads} key head(s), "
                          f"L={s.window}, checkpoint {s.checkpoint_dtype}, read copy {s.read_dtype or 'none'}, "
                          f"kernel {s.kernel}, {s.tokens} token(s)")
         for x in self.rejected:
