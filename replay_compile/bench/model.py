@@ -21,13 +21,15 @@ static cache gives every call the same shapes) is timed per column, from the sam
                   returns zeros: step time minus this is the time spent in those layers (share column)
 
 Compiled columns run under each ``--modes`` entry: ``default`` and ``reduce-overhead`` (CUDA graphs,
-reported as ``+cg``; on the CPU only ``default``). A step's time is the median over repeats of
-``--steps`` consecutive calls (a multiple of L, so replay's checkpoint writes are amortized as in
-serving), wall clock with a device synchronize. Before timing, each column's first step is compared
-with eager's from the same cache (``rel_err``, rel-RMS of the logits) and the replayssm columns
-report how many sites were rewritten (the GPU cost model keeps batches below 8 standard). A column
-that fails is ``n/a`` with the reason in the JSON. Progress goes to stderr; ``--out`` writes JSON
-after every row, ``--plot`` a PNG of step time against batch size (matplotlib optional).
+reported as ``+cg``; on the CPU only ``default``). Eager always runs plain, and with ``reduce-overhead``
+also recorded by hand in one CUDA graph (``eager+cg``, when the step can be captured). A step's time
+is the median over repeats of ``--steps`` consecutive calls (a multiple of L, so replay's checkpoint
+writes are amortized as in serving), wall clock with a device synchronize. Before timing, each
+column's first step is compared with eager's from the same cache (``rel_err``, rel-RMS of the logits)
+and the replayssm columns report how many sites were rewritten (the GPU cost model keeps batches
+below 8 standard). A column that fails is ``n/a`` with the reason in the JSON. Progress goes to
+stderr; ``--out`` writes JSON after every cell, ``--plot`` a PNG of step time against batch size
+(matplotlib optional).
 
 ``--smoke`` runs tiny shapes on the CPU in seconds (tests/test_bench_model.py).
 """
@@ -308,6 +310,8 @@ class Bench:
                 cell["first_call_s"] = round(time.perf_counter() - t0, 2)
                 if column != "no-recurrent":
                     cell["rel_err"] = _rel(logits, reference)
+                if column == "eager" and mode == "reduce-overhead":
+                    step = _captured(step)
                 cell["us"] = time_step(step, self.args.device, self.args.steps, self.args.repeats)
         except Exception as e:  # noqa: BLE001  (one failing cell must not end the run)
             cell.update(us=None, why=_reason(e))
@@ -324,7 +328,7 @@ class Bench:
         """Measure every column at ``batch`` into a new row of ``results``, saved after every cell."""
         args = self.args
         self.progress(f"{name} B={batch}: prefill {args.context} tokens")
-        headroom = 8 + args.steps * args.repeats  # reference, first call, warm-up and timed steps
+        headroom = 16 + args.steps * args.repeats  # reference, first call, warm-up, capture and timed steps
         decode = DecodeCache(model, batch, args.context, args.prefill_chunk, headroom, args.device)
         reference = decode.step_fn(model.forward)().float().clone()
         decode.restore()
@@ -332,14 +336,24 @@ class Bench:
                    recurrent_share={})
         results["rows"].append(row)
         for column in args.columns:
-            for mode in (["eager"] if column == "eager" else args.modes):
-                key = column if mode in ("eager", "default") else f"{column}+cg"
+            modes = sorted({"default", *args.modes}) if column == "eager" else args.modes  # plain eager: no compile
+            for mode in modes:
+                key = column if mode == "default" else f"{column}+cg"
                 self.progress(f"{name} B={batch} {key}")
                 row["cells"][key] = self.measure(model, spec, decode, column, mode, reference)
                 row["recurrent_share"] = recurrent_shares(row["cells"])
                 _dump(results, args.out)  # a run cut short keeps what it measured
         del decode
         _free(args.device)
+
+
+def _captured(step: Callable) -> Callable:
+    """``step`` recorded in one CUDA graph (the eager column's "+cg"): its replay, or an error saying why not."""
+    from .kernels import _capture  # noqa: PLC0415
+    graph = _capture(step)
+    if graph is None:
+        raise RuntimeError("the eager step cannot be captured in a CUDA graph (a host sync or allocation check)")
+    return graph.replay
 
 
 def _cudagraph_skips() -> int:
@@ -499,7 +513,7 @@ def main(argv=None) -> int:
     if not args.library_kernels and not bind_torch_paths([SPECS[m] for m in args.models]):
         print("note: transformers modeling modules were imported before; kernel packages not hidden", file=sys.stderr)
     bench = Bench(args)
-    per_row = 1 + sum(1 if c == "eager" else len(args.modes) for c in args.columns)
+    per_row = 1 + sum(len({"default", *args.modes}) if c == "eager" else len(args.modes) for c in args.columns)
     bench.total = len(args.models) * len(args.batch) * per_row
     results = {"meta": _meta(args, argv), "rows": []}
     for name in args.models:
