@@ -35,7 +35,16 @@ def replayssm_backend(gm: torch.fx.GraphModule, example_inputs, mode: Optional[s
     """Rewrite recurrent-state sites of ``gm``, compile the rest (Inductor unless ``inductor=False``)."""
     opts = ReplayOptions.from_dict(options)
     result = rewrite_graph(gm, example_inputs, opts)
-    return guard_other_states(compile_rest(result.gm, example_inputs, mode, opts), result)
+    return guard_other_states(compile_rest(result.gm, example_inputs, inductor_mode(mode, opts), opts), result)
+
+
+def inductor_mode(mode: Optional[str], opts: ReplayOptions) -> Optional[str]:
+    """``torch.compile``'s ``mode=`` or the ``mode`` option (both only when they agree)."""
+    if mode is not None and opts.mode is not None and mode != opts.mode:
+        raise ValueError(f"torch.compile mode={mode!r} and option 'mode'={opts.mode!r} disagree")
+    if mode not in (None, "default") and not opts.inductor:
+        raise ValueError(f"torch.compile mode={mode!r} needs inductor=True (the mode is Inductor's)")
+    return mode if mode is not None else opts.mode
 
 
 def compile_rest(gm: torch.fx.GraphModule, example_inputs, mode: Optional[str], opts: ReplayOptions):

@@ -46,11 +46,16 @@ class ReplayOptions:
     speculative: bool = False               # every call (T >= 1 tokens) appends tentatively: replay_compile.commit
     validate: bool = True                   # numeric check of every rewrite before accepting it
     kernels: str = "auto"                   # "auto" | "torch" (reference ops) | "triton"
+    # Inductor mode for the rest of the graph, as torch.compile's mode= (which torch.compile refuses
+    # together with options=, so CUDA graphs plus other options need this): None | "reduce-overhead" | ...
+    mode: Optional[str] = None
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
             normalized = _VALIDATORS[f.name](f.name, getattr(self, f.name))
             object.__setattr__(self, f.name, normalized)
+        if self.mode not in (None, "default") and not self.inductor:
+            raise ValueError(f"option 'mode'={self.mode!r} needs inductor=True (the mode is Inductor's)")
         if self.stochastic_rounding and self.checkpoint_dtype == "float32":
             raise ValueError("option 'stochastic_rounding' needs a 16-bit checkpoint_dtype "
                              "('bfloat16' or 'float16'); the float32 checkpoint is written exactly")
@@ -135,6 +140,14 @@ def _one_of(choices: tuple, optional: bool = False, aliases: Optional[dict] = No
     return check
 
 
+def _inductor_mode(name, value):
+    from torch._inductor import list_mode_options  # noqa: PLC0415  (Inductor loads only when asked)
+    modes = tuple(list_mode_options())
+    if value is not None and value not in modes:
+        raise _allowed(name, value, "None or one of " + ", ".join(map(repr, modes)))
+    return value
+
+
 def _canonical_family_name(name, family) -> str:
     from .families import FamilyError, get_family
     if not isinstance(family, str):
@@ -168,4 +181,5 @@ _VALIDATORS = {
     "speculative": _bool,
     "validate": _bool,
     "kernels": _one_of(KERNELS),
+    "mode": _inductor_mode,
 }

@@ -8,7 +8,7 @@ from replay_compile.options import ReplayOptions
 
 AGREED_DEFAULTS = dict(window=16, checkpoint_dtype="float32", read_dtype=None, stochastic_rounding=False,
                        families=None, min_batch=None, strict=False, inductor=True, fuel=None,
-                       speculative=False, validate=True, kernels="auto")
+                       speculative=False, validate=True, kernels="auto", mode=None)
 
 
 def test_defaults_are_the_agreed_api():
@@ -41,6 +41,7 @@ GOOD = [
     ("min_batch", 8, 8), ("min_batch", None, None), ("fuel", 0, 0), ("fuel", 3, 3), ("fuel", None, None),
     ("strict", True, True), ("inductor", False, False), ("speculative", True, True),
     ("validate", False, False), ("kernels", "torch", "torch"), ("kernels", "triton", "triton"),
+    ("mode", "reduce-overhead", "reduce-overhead"), ("mode", "max-autotune", "max-autotune"), ("mode", None, None),
 ]
 
 
@@ -63,6 +64,7 @@ BAD = [
     ("fuel", -1, "int >= 0 or None"), ("fuel", False, "int >= 0 or None"),
     ("speculative", None, "True or False"), ("validate", "False", "True or False"),
     ("kernels", "cuda", "'auto', 'torch', 'triton'"), ("kernels", None, "'auto'"),
+    ("mode", "fast", "'reduce-overhead'"), ("mode", 1, "None or one of"),
 ]
 
 
@@ -104,7 +106,8 @@ def test_key_is_stable_and_covers_every_option():
     assert a == b and a.key() == b.key() and hash(a) == hash(b)
     base = ReplayOptions()
     changes = dict(window=4, checkpoint_dtype="float16", read_dtype="fp8", families=["gla"], min_batch=2,
-                   strict=True, inductor=False, fuel=1, speculative=True, validate=False, kernels="torch")
+                   strict=True, inductor=False, fuel=1, speculative=True, validate=False, kernels="torch",
+                   mode="reduce-overhead")
     keys = {base.key()}
     for name, value in changes.items():
         keys.add(base.replace(**{name: value}).key())
@@ -112,6 +115,18 @@ def test_key_is_stable_and_covers_every_option():
     assert len(keys) == len(changes) + 2
     for name in AGREED_DEFAULTS:
         assert f"{name}=" in base.key()
+
+
+def test_mode_needs_inductor_and_agrees_with_torch_compile():
+    from replay_compile.backend import inductor_mode
+    with pytest.raises(ValueError, match="'mode'.*inductor=True"):
+        ReplayOptions.from_dict({"mode": "reduce-overhead", "inductor": False})
+    opts = ReplayOptions.from_dict({"mode": "reduce-overhead", "window": 8})
+    assert inductor_mode(None, opts) == inductor_mode("reduce-overhead", opts) == "reduce-overhead"
+    with pytest.raises(ValueError, match="disagree"):
+        inductor_mode("max-autotune", opts)
+    with pytest.raises(ValueError, match="needs inductor=True"):
+        inductor_mode("reduce-overhead", ReplayOptions.from_dict({"inductor": False}))
 
 
 def test_family_enabled_resolves_aliases():
