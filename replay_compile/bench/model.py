@@ -39,7 +39,6 @@ import argparse
 import contextlib
 import dataclasses
 import datetime
-import functools
 import json
 import os
 import statistics
@@ -264,13 +263,11 @@ def compiled_forward(model, column: str, mode: str, window: int, min_batch: Opti
     mode_arg = None if mode == "default" else mode
     if column in ("compile", "no-recurrent"):
         return torch.compile(model.forward, mode=mode_arg, dynamic=False, backend="inductor" if inductor else "eager")
-    from ..backend import replayssm_backend  # noqa: PLC0415
-    options = {"window": window, "min_batch": min_batch, "inductor": inductor}
+    # the mode goes in the options: torch.compile refuses mode= together with options=
+    options = {"window": window, "min_batch": min_batch, "inductor": inductor, "mode": mode_arg}
     if column == "replay-fp8":
         options["read_dtype"] = "fp8"
-    # torch.compile refuses mode= together with options=; the backend itself takes both
-    backend = functools.partial(replayssm_backend, mode=mode_arg, options=options)
-    return torch.compile(model.forward, backend=backend, dynamic=False)
+    return torch.compile(model.forward, backend="replayssm", dynamic=False, options=options)
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
