@@ -8,7 +8,9 @@ registration at import time fails the first compile of a fresh process (COMPILER
 On Dynamo's torch-level graph, before AOTAutograd: module buffers and cache tensors are placeholders
 with their sources (reports name them), ``example_inputs`` are real tensors (the numeric validation
 runs the graph), einsum equations and in-place chains are still visible, and the rewritten graph is
-then compiled exactly like default ``torch.compile`` (``compile_fx`` with ``mode``'s options). An
+then compiled exactly like default ``torch.compile`` (``compile_fx`` with the options of ``mode``:
+``torch.compile``'s ``mode=`` or the backend option of that name, since ``torch.compile`` refuses
+``mode=`` together with ``options=``). An
 Inductor post-grad hook would see normalized ATen instead, but its cached artifacts would need a
 ``uuid()`` over sources, families and options; at this level Inductor caches the already rewritten
 graph, op config strings included, so no extra cache key is needed.
