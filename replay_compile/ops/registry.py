@@ -18,6 +18,14 @@ replaying it after those are reused would corrupt memory; ``drop_parked()`` free
 captured graphs are gone (``torch._dynamo.reset()``). ``release(obj)`` in ``api`` drops entries
 early (after making them exact).
 
+# NOTE [runtime memory]
+A ``ReplayState`` is created on the first call that meets its state, which under
+``mode="reduce-overhead"`` is a CUDA-graph tree's warm-up run: every allocation of the calling
+thread then goes to the tree's private pool, whose checker fails on live blocks it did not hand out
+as outputs, and whose memory the tree may reuse. The ring, cursors and read copy are long-lived, so
+they are allocated on another thread (and a side stream ordered against the caller's), in the
+ordinary pool, and recorded on the caller's stream before use.
+
 # NOTE [site config]
 The op receives its site's configuration as one JSON string (family, window, layout, dtypes,
 kernels, speculative): a string is a valid custom-op argument and keeps the op schema fixed. A
@@ -30,6 +38,7 @@ import contextlib
 import functools
 import itertools
 import json
+import threading
 import weakref
 from typing import Iterator, Optional
 
@@ -86,15 +95,51 @@ def _new_entry(state: torch.Tensor, config: str, wanted: str, old: Optional[_Ent
         _retire(old)
     cfg = parse_config(config)
     ckpt = cfg.get("checkpoint_dtype")
-    rs = ReplayState(state, cfg["family"], cfg["window"], layout=cfg["layout"], k_heads=cfg["k_heads"],
-                     read_dtype=cfg["read_dtype"], stochastic_rounding=cfg["stochastic_rounding"],
-                     kernels=cfg["kernels"], checkpoint_dtype=None if ckpt is None else getattr(torch, ckpt),
-                     weak_state=True)
+    rs = _build_runtime(state, lambda: ReplayState(
+        state, cfg["family"], cfg["window"], layout=cfg["layout"], k_heads=cfg["k_heads"],
+        read_dtype=cfg["read_dtype"], stochastic_rounding=cfg["stochastic_rounding"], kernels=cfg["kernels"],
+        checkpoint_dtype=None if ckpt is None else getattr(torch, ckpt), weak_state=True))
     entry = _Entry(wanted, rs)
     key = state_key(state)
     _registry[key] = entry
     weakref.finalize(state.untyped_storage(), _on_state_freed, _registry, key, entry.token).atexit = False
     return entry
+
+
+def _build_runtime(state: torch.Tensor, build) -> ReplayState:
+    """``build()`` with its CUDA allocations out of any CUDA-graph pool (NOTE [runtime memory])."""
+    if state.device.type != "cuda" or torch.cuda.is_current_stream_capturing():
+        return build()
+    main, side = torch.cuda.current_stream(state.device), torch.cuda.Stream(state.device)
+    side.wait_stream(main)  # the state's latest value is what the runtime starts from
+
+    def on_side_stream():
+        with torch.cuda.device(state.device), torch.cuda.stream(side):
+            return build()
+
+    rs = in_another_thread(on_side_stream)
+    main.wait_stream(side)
+    for t in rs.owned_tensors():
+        t.record_stream(main)
+    return rs
+
+
+def in_another_thread(fn):
+    """``fn()`` run on a fresh thread; its result, or its exception re-raised here."""
+    result = {}
+
+    def run():
+        try:
+            result["value"] = fn()
+        except BaseException as e:  # noqa: BLE001  (re-raised in the caller's thread)
+            result["error"] = e
+
+    worker = threading.Thread(target=run, name="replayssm-runtime-alloc")
+    worker.start()
+    worker.join()
+    if "error" in result:
+        raise result["error"]
+    return result["value"]
 
 
 def _lookup(state: torch.Tensor) -> Optional[_Entry]:

@@ -141,6 +141,14 @@ class ReplayState:
             for name, part in self.read_format.quantize(self.state.float()).items():
                 self.read[name].copy_(part)
 
+    def owned_tensors(self) -> list:
+        """Every tensor this object allocated (ring, cursors, read copy, own checkpoint), not the user's state."""
+        found = []
+        for value in vars(self).values():
+            values = value.values() if isinstance(value, dict) else (value,)
+            found += [t for t in values if isinstance(t, torch.Tensor)]
+        return found
+
     def memory_report(self) -> dict:
         """Bytes held: checkpoint, read copy, ring, cursors, their total, and the total per slot."""
         nbytes = lambda ts: sum(t.numel() * t.element_size() for t in ts)  # noqa: E731
