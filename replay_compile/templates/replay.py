@@ -12,25 +12,21 @@ captured in a CUDA graph.
 # NOTE [the window in registers]
 The kernel holds three things per program: the state tile ``base [BK, BV]``, the keys of the window
 weighted by their decay to the current position ``KWp [BL, BK]`` and the corrected updates
-``U [BL, BV]``. A token at position ``p`` then reads
+``U [BL, BV]`` (plus the call's ``T`` tokens, loaded as blocks up front). A token at position ``p`` reads
 
     S_p^T x = base^T (G_p * x) + sum_j (KWp_j . x) U_j           (G_p: the checkpoint's decay to p)
 
 and moving to the next position multiplies ``KWp`` by that token's decay and puts its key in row p
 (``_advance``): per token, one ``[BL, BK]`` scaling, not a fresh cumulative decay (which would cost
-``BL x K`` exponentials per token with per-channel decays). A fold is ``G * base + KWp^T U`` (``_fold``,
-``tl.dot``). For ``T > 1`` the ``T`` state reads ``base^T (G_t * x_t)`` are one ``tl.dot`` too.
+``BL x K`` exponentials per token with per-channel decays). A fold is ``G * base + KWp^T U`` (``_fold``),
+as rank-1 updates in exact fp32: on the H200 a ``tl.dot`` there (tf32x3, or an fp32 FMA dot) cost every
+program shared memory, registers and spills, which slowed the non-flush path that 15 of 16 rows take.
 
 # NOTE [window weights without differences]
 The decay from record ``i`` to position ``p`` is ``exp(sum_{i<j<=p} log_a_j)``: a reverse cumulative
 sum of the log-decays shifted by one position (gathered a second time at ``j + 1``), or a running
 product, never a difference of prefix sums, so a decay of exactly 0 (``log_a = -inf``) gives weight 0,
 not NaN, as in reference.py.
-
-# NOTE [dot precision]
-fp32 products on the tensor cores use ``tf32x3`` (three tf32 products: ~fp32 accuracy, error
-~2**-22 relative per product); float64 states use ``ieee``. Dot operands are at least 16 wide on every
-axis (the GPU compiler rejects less; the interpreter does not), so tiles are padded to 16.
 
 Specialisation (constexpr): decay kind x delta rule (the family's ``template``), raw delta folds,
 read-copy format, layout (strides + ``LAYOUT_KV``), head dims, grouping, window ``L``, draft length
@@ -139,12 +135,6 @@ def _state_read(base, g, x):
 
 
 @triton.jit
-def _column(Y, cols, c):
-    """Column ``c`` of ``Y [BV, BC]``."""
-    return tl.sum(tl.where((cols == c)[None, :], Y, 0.0), 1)
-
-
-@triton.jit
 def _row(X, j, i):
     """Row ``i`` of ``X [BL, BC]`` (a masked reduction: registers cannot be indexed by a loop variable)."""
     return tl.sum(tl.where((j == i)[:, None], X, 0.0), 0)
@@ -230,11 +220,11 @@ def replay_kernel(
     read_data, read_row_scale, read_block_scale,
     count, flushes, nonfinite, arrivals, seed,
     stride_sn, stride_sh, stride_sk, stride_sv,
-    T: tl.constexpr, L: tl.constexpr, BL: tl.constexpr, BT: tl.constexpr, HV: tl.constexpr, GROUP: tl.constexpr,
+    T: tl.constexpr, L: tl.constexpr, BL: tl.constexpr, BTK: tl.constexpr, HV: tl.constexpr, GROUP: tl.constexpr,
     K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BHV: tl.constexpr, BHK: tl.constexpr,
     DECAY: tl.constexpr, DELTA: tl.constexpr, RAW: tl.constexpr, READ: tl.constexpr, LAYOUT_KV: tl.constexpr,
     COMMIT: tl.constexpr, FORCE: tl.constexpr, MATERIALIZE: tl.constexpr, HAS_SLOTS: tl.constexpr,
-    SR: tl.constexpr, SR_MANT: tl.constexpr, SR_EMIN: tl.constexpr, CD: tl.constexpr, READ_PREC: tl.constexpr,
+    SR: tl.constexpr, SR_MANT: tl.constexpr, SR_EMIN: tl.constexpr, CD: tl.constexpr,
 ):
     """Row ``b``, value head ``h``, value tile ``vt`` of a replay call over ``T`` tokens.
 
@@ -304,6 +294,25 @@ def replay_kernel(
     xbeta = beta + b * T * HV + h
     cols_v = tl.arange(0, BV)
 
+    # every load this program needs is issued before the arrival below (its release waits for them):
+    # this call's tokens ``[BTK, ...]``, then the committed window below count0
+    jt = tl.arange(0, BTK)
+    tok = jt < T
+    QT = tl.load(xq + jt[:, None] * KS + offs_k[None, :], mask=tok[:, None] & mask_k[None, :], other=0.0).to(CD)
+    KT = tl.load(xk + jt[:, None] * KS + offs_k[None, :], mask=tok[:, None] & mask_k[None, :], other=0.0).to(CD)
+    VT = tl.load(xv + jt[:, None] * US + cols_v[None, :], mask=tok[:, None] & mask_v[None, :], other=0.0).to(CD)
+    LAT = 0.0
+    if DECAY == 1:
+        LAT = tl.load(xla + jt * LS, mask=tok, other=0.0).to(CD)
+    elif DECAY == 2:
+        LAT = tl.load(xla + jt[:, None] * LS + offs_k[None, :], mask=tok[:, None] & mask_k[None, :], other=0.0).to(CD)
+    BETAT = 0.0
+    if DELTA:
+        BETAT = tl.load(xbeta + jt * HV, mask=tok, other=0.0).to(CD)
+    KW = _gather(rk, xk, KS, j, count0, 0, offs_k, mask_k, CD)
+    LA, LN = _gather_decays(rla, xla, LS, j, count0, 0, offs_k, mask_k, DECAY, CD)
+    U = _gather(ru, xv, US, j, count0, 0, cols_v, mask_v, CD)
+
     if pre:  # fold the committed records first (their ring positions are about to be reused)
         KO = _gather(rk, xk, KS, j, c, 0, offs_k, mask_k, CD)
         LAO, LNO = _gather_decays(rla, xla, LS, j, c, 0, offs_k, mask_k, DECAY, CD)
@@ -320,63 +329,39 @@ def replay_kernel(
     tl.debug_barrier()
     arrived = tl.atomic_add(arrivals + slot, 1, mask=live, sem="release")
 
-    # the committed window, weighted to its last position; the T tokens join it one at a time
-    KW = _gather(rk, xk, KS, j, count0, 0, offs_k, mask_k, CD)
-    LA, LN = _gather_decays(rla, xla, LS, j, count0, 0, offs_k, mask_k, DECAY, CD)
-    lg, KWp = _weights_at(KW, LA, LN, j, count0 - 1, DECAY)
-    U = _gather(ru, xv, US, j, count0, 0, cols_v, mask_v, CD)
+    bad = _nonfinite(QT) | _nonfinite(KT) | _nonfinite(VT)
+    if DECAY > 0:
+        bad = bad | _nonfinite(LAT)
+    if DELTA:
+        bad = bad | _nonfinite(BETAT)
+    tl.store(nonfinite + slot, tl.full([], 1, tl.uint8), mask=bad & live)
 
-    bad = tl.full([], 0, tl.int1)
-    if T > 1:  # the T state reads of the checkpoint as one product: Y[:, n] = base^T (G_t x_t)
-        NX: tl.constexpr = 2 if DELTA else 1
-        xc = tl.arange(0, BT)
-        X = tl.zeros([BK, BT], CD)
-        lgx = lg
-        for t in tl.static_range(T):
-            if DECAY == 1:
-                lgx = lgx + tl.load(xla + t * LS).to(CD)
-            elif DECAY == 2:
-                lgx = lgx + tl.load(xla + t * LS + offs_k, mask=mask_k, other=0.0).to(CD)
-            g = _decay_of(lgx, DECAY)
-            X = tl.where((xc == NX * t)[None, :], (tl.load(xq + t * KS + offs_k, mask=mask_k, other=0.0).to(CD) * g)[:, None], X)
-            if DELTA:
-                X = tl.where((xc == NX * t + 1)[None, :],
-                             (tl.load(xk + t * KS + offs_k, mask=mask_k, other=0.0).to(CD) * g)[:, None], X)
-        Y = tl.dot(tl.trans(base), X, input_precision=READ_PREC, out_dtype=CD)  # [BV, BT]
+    # the committed window weighted to its last position; the T tokens join it one at a time
+    lg, KWp = _weights_at(KW, LA, LN, j, count0 - 1, DECAY)
+    O = tl.zeros([BTK, BV], CD)
     for t in tl.static_range(T):
         p = count0 + t
-        q_t = tl.load(xq + t * KS + offs_k, mask=mask_k, other=0.0).to(CD)
-        k_t = tl.load(xk + t * KS + offs_k, mask=mask_k, other=0.0).to(CD)
-        v_t = tl.load(xv + t * US + cols_v, mask=mask_v, other=0.0).to(CD)
-        bad = bad | _nonfinite(q_t) | _nonfinite(k_t) | _nonfinite(v_t)
+        q_t = _row(QT, jt, t)
+        k_t = _row(KT, jt, t)
         la_t = 0.0
         if DECAY == 1:
-            la_t = tl.load(xla + t * LS).to(CD)
-            bad = bad | _nonfinite1(la_t)
+            la_t = tl.sum(tl.where(jt == t, LAT, 0.0), 0)
         elif DECAY == 2:
-            la_t = tl.load(xla + t * LS + offs_k, mask=mask_k, other=0.0).to(CD)
-            bad = bad | _nonfinite(la_t)
+            la_t = _row(LAT, jt, t)
         lg, KWp = _advance(lg, KWp, la_t, k_t, j, p, DECAY)
-        u_t = v_t
-        if DELTA:
-            beta_t = tl.load(xbeta + t * HV).to(CD)
-            bad = bad | _nonfinite1(beta_t)
-            if T > 1:
-                sk = _column(Y, xc, 2 * t + 1)
-            else:
-                sk = _state_read(base, _decay_of(lg, DECAY), k_t)
-            u_t = beta_t * (v_t - sk - _window_read(KWp, U, k_t))  # U row p is still 0
-            if RAW:
-                tl.store(rv + p * US + cols_v, v_t, mask=mask_v & live)
+        g = _decay_of(lg, DECAY)
+        u_t = _row(VT, jt, t)
+        if DELTA:  # u = beta (v - a S_{p-1}^T k): the window without row p (U row p is still 0)
+            beta_t = tl.sum(tl.where(jt == t, BETAT, 0.0), 0)
+            u_t = beta_t * (u_t - _state_read(base, g, k_t) - _window_read(KWp, U, k_t))
         U = tl.where((j == p)[:, None], u_t[None, :], U)
-        if T > 1:
-            sq = _column(Y, xc, NX * t)
-        else:
-            sq = _state_read(base, _decay_of(lg, DECAY), q_t)
-        o_t = sq + _window_read(KWp, U, q_t)
-        tl.store(out + ((b * T + t) * HV + h) * V + offs_v, tl.where(live, o_t, 0.0), mask=mask_v)
-        tl.store(ru + p * US + cols_v, u_t, mask=mask_v & live)
-    tl.store(nonfinite + slot, tl.full([], 1, tl.uint8), mask=bad & live)
+        O = tl.where((jt == t)[:, None], (_state_read(base, g, q_t) + _window_read(KWp, U, q_t))[None, :], O)
+    tl.store(out + ((b * T + jt[:, None]) * HV + h) * V + offs_v[None, :], tl.where(live, O, 0.0),
+             mask=tok[:, None] & mask_v[None, :])
+    new_rows = ((j >= count0) & (j < count0 + T) & live)[:, None] & mask_v[None, :]
+    tl.store(ru + j[:, None] * US + cols_v[None, :], U, mask=new_rows)  # this tile's records
+    if RAW:
+        tl.store(rv + (count0 + jt)[:, None] * US + cols_v[None, :], VT, mask=(tok & live)[:, None] & mask_v[None, :])
 
     if post:  # post rows read the exact checkpoint: base is exact
         if RAW:  # the true recurrence over the raw records, from the exact checkpoint
@@ -442,34 +427,36 @@ class ReplaySpec:
 
 @dataclasses.dataclass(frozen=True)
 class Tiling:
-    """Block sizes of one launch: ``[BK, BV]`` state tile, ``BL`` window rows, ``BT`` state-read columns."""
+    """Block sizes of one launch: ``[BK, BV]`` state tile, ``BL`` window rows, ``BTK`` token rows."""
 
     BK: int
     BV: int
     BL: int
-    BT: int
+    BTK: int
     num_warps: int
 
 
 def tiling(spec: ReplaySpec, K: int, V: int, rows: int, Hv: int, T: int, block_v: Optional[int] = None,
            num_warps: Optional[int] = None) -> Tiling:
-    """Tiles of a call over ``rows`` rows of ``T`` tokens (NOTE [dot precision]: every dot axis >= 16).
+    """Tiles of a call over ``rows`` rows of ``T`` tokens.
 
     Programs that quantize a row-scaled read copy must own whole physical rows (kv layout: all of V);
     otherwise ``[K, 64]``-element tiles at most (8K fp32, as the standard kernel), value tiles halved while
     the grid would leave SMs idle.
     """
-    BK = max(16, triton.next_power_of_2(K))
+    BK = triton.next_power_of_2(K)
     if spec.read_format in ("fp8", "fp4") and spec.layout == "kv":
         BV = max(16, triton.next_power_of_2(V))
     else:
         BV = block_v or max(16, min(triton.next_power_of_2(V), 8192 // BK))
         while not block_v and BV > 16 and rows * Hv * triton.cdiv(V, BV) < _MIN_PROGRAMS:
             BV //= 2
-    BL = max(16, triton.next_power_of_2(spec.window))
-    BT = max(16, triton.next_power_of_2(T * (2 if spec.delta else 1)))
-    num_warps = num_warps or (8 if BK * BV >= 16384 else (4 if BK * BV >= 2048 else 2))
-    return Tiling(BK, BV, BL, BT, num_warps)
+    BL = triton.next_power_of_2(spec.window)
+    # H200 sweep (BENCHMARKS.md): 2 warps on [128, 64] fp32 decode tiles beat 4 and 8 by 1.3-2x; whole-row
+    # [128, 128] read-copy tiles want 4 (2 spill, 8 leave too few programs per SM); a verify holds its
+    # T tokens as well and spills at 2 (ptxas -v, sm_90)
+    num_warps = num_warps or (4 if BK * BV >= 16384 or (T > 1 and BK * BV >= 4096) else (2 if BK * BV >= 2048 else 1))
+    return Tiling(BK, BV, BL, triton.next_power_of_2(max(T, 1)), num_warps)
 
 
 def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[torch.Tensor], out: Optional[torch.Tensor],
@@ -506,12 +493,12 @@ def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[t
         read.get("data", dummy), read.get("row_scale", dummy), read.get("block_scale", dummy),
         buf.count, buf.flushes, buf.nonfinite.view(torch.uint8), buf.arrivals, spec.seed,
         state.stride(0), state.stride(1), stride_sk, stride_sv,
-        T=T, L=spec.window, BL=tile.BL, BT=tile.BT, HV=Hv, GROUP=Hv // spec.k_heads, K=K, V=V, BK=tile.BK,
+        T=T, L=spec.window, BL=tile.BL, BTK=tile.BTK, HV=Hv, GROUP=Hv // spec.k_heads, K=K, V=V, BK=tile.BK,
         BV=tile.BV, BHV=triton.next_power_of_2(Hv), BHK=triton.next_power_of_2(spec.k_heads),
         DECAY=_DECAY_CODE[spec.decay], DELTA=spec.delta, RAW=spec.raw, READ=READ_CODES[spec.read_format],
         LAYOUT_KV=spec.layout == "kv", COMMIT=commit, FORCE=force_flush, MATERIALIZE=materialize,
         HAS_SLOTS=slots is not None, SR=spec.stochastic_rounding, SR_MANT=sr_mant, SR_EMIN=sr_emin,
-        CD=tl.float64 if fp64 else tl.float32, READ_PREC="ieee" if fp64 else "tf32x3",
+        CD=tl.float64 if fp64 else tl.float32,
         num_warps=tile.num_warps)
 
 

@@ -1,0 +1,95 @@
+"""Tiling sweep of the replay template on the GPU (a development tool; figures go to BENCHMARKS.md).
+
+For each real shape at one batch size it times, per (read format, L, block_v, num_warps):
+``step`` (a decode step with rows at staggered ring phases, the L-step amortized cost, as `bench kernels`)
+and ``nf`` (the same call without committing: no row flushes, the cursors stay put: the non-flush path
+alone), beside our standard kernel, with GB/s against the copy bandwidth of the same run.
+
+    python benchmarks/tune_replay.py --batch 256 --out tune.json
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import sys
+
+import torch
+
+from replay_compile.bench.kernels import SHAPES, Timer, copy_bandwidth, draw_inputs, draw_state, io_bytes, \
+    record_bytes, replay_step_bytes, state_bytes
+from replay_compile.families import get_family
+from replay_compile.runtime import ReplayState, triton_impl
+from replay_compile.templates.standard import standard_step
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser()
+    lst = lambda conv: lambda s: [conv(v) for v in s.split(",") if v]  # noqa: E731
+    p.add_argument("--shapes", type=lst(str), default=["nemotron3-super-mamba2", "qwen3.5-122b-gdn", "kimi-linear-kda"])
+    p.add_argument("--batch", type=lst(int), default=[256])
+    p.add_argument("--read", type=lst(str), default=["none", "bf16", "fp8"])
+    p.add_argument("--window", type=lst(int), default=[16])
+    p.add_argument("--block-v", type=lst(int), default=[0])
+    p.add_argument("--warps", type=lst(int), default=[0])
+    p.add_argument("--verify", type=lst(int), default=[])
+    p.add_argument("--out", default="tune.json")
+    args = p.parse_args(argv)
+    timer = Timer("cuda", 10, 30)
+    bw = copy_bandwidth("cuda", 4.0, timer)
+    rows = []
+    print(f"copy bandwidth {bw:.0f} GB/s; replay_compile from {os.path.dirname(triton_impl.__file__)}")
+    for name, B in itertools.product(args.shapes, args.batch):
+        shape = SHAPES[name]
+        fam = get_family(shape.family)
+        x = draw_inputs(shape, B, None, "cuda", seed=B)
+        st = draw_state(shape, B, "cuda", seed=1)
+        std_us, _ = timer(lambda: standard_step(st, *x, delta=fam.delta, decay=fam.decay, layout=shape.layout))
+        std_bytes = 2 * B * state_bytes(shape) + io_bytes(x)
+        print(f"{name} B={B} standard {std_us:.1f} us {std_bytes / std_us / 1e3 / bw:.0%} bw")
+        rows.append(dict(shape=name, batch=B, kind="standard", us=std_us))
+        xt = type(x)(*(None if f is None else f[:, None] for f in x))
+        for read, L, bv, nw in itertools.product(args.read, args.window, args.block_v, args.warps):
+            rs = ReplayState(draw_state(shape, B, "cuda", seed=1), fam, L, layout=shape.layout, k_heads=shape.k_heads,
+                             read_dtype=None if read == "none" else read, validate=False, kernels="triton")
+            rs.count.copy_(torch.arange(B, device="cuda") % L)
+            out = torch.empty(B, 1, rs.num_heads, rs.head_v, device="cuda")
+            kw = {k: val for k, val in (("block_v", bv), ("num_warps", nw)) if val}
+            try:
+                step_us, _ = timer(lambda: triton_impl.advance_into(rs, xt, None, out, commit=True, force_flush=False, **kw))
+                nf_us, _ = timer(lambda: triton_impl.advance_into(rs, xt, None, out, commit=False, force_flush=False, **kw))
+            except Exception as e:  # noqa: BLE001
+                print(f"  {read} L={L} bv={bv} nw={nw}: {type(e).__name__}: {str(e)[:150]}")
+                continue
+            read_b = rs.memory_report()["read_copy"] // B
+            step_bytes = replay_step_bytes(shape, fam, B, L, read_b, rs.raw_fold, x)
+            nf_bytes = B * ((read_b or state_bytes(shape)) + record_bytes(shape, fam, rs.raw_fold) * (L - 1) / 2) + io_bytes(x)
+            r = dict(shape=name, batch=B, kind="replay", read=read, L=L, block_v=bv, warps=nw, step_us=step_us,
+                     nf_us=nf_us, step_bw=step_bytes / step_us / 1e3 / bw, nf_bw=nf_bytes / nf_us / 1e3 / bw,
+                     speedup=std_us / step_us)
+            rows.append(r)
+            print(f"  {read:5s} L={L:2d} bv={bv:3d} nw={nw}: step {step_us:7.1f} us ({r['step_bw']:.0%} bw, "
+                  f"{r['speedup']:.2f}x std)  non-flush {nf_us:7.1f} us ({r['nf_bw']:.0%} bw)", flush=True)
+            del rs
+        for T in args.verify:
+            L = 16 + T
+            xv = draw_inputs(shape, B, T, "cuda", seed=B + T)
+            rs = ReplayState(draw_state(shape, B, "cuda", seed=1), fam, L, layout=shape.layout, k_heads=shape.k_heads,
+                             validate=False, kernels="triton")
+            rs.count.copy_((torch.arange(B, device="cuda") % max(L // T, 1)) * T)
+            n_all = torch.full((B,), T, device="cuda")
+            def ver():
+                rs.verify(*xv)
+                rs.commit(n_all)
+            us, _ = timer(ver)
+            rows.append(dict(shape=name, batch=B, kind="verify", T=T, us=us, vs_std=us / std_us))
+            print(f"  verify T={T}: {us:.1f} us = {us / std_us:.2f}x std step", flush=True)
+            del rs
+        with open(args.out, "w") as f:
+            json.dump(dict(copy_gbps=bw, rows=rows), f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
