@@ -91,10 +91,11 @@ class Pair:
         assert torch.equal(self.tri.flushes, self.ref.flushes), f"{what}: flushes"
         assert torch.equal(self.tri.nonfinite, self.ref.nonfinite), f"{what}: nonfinite"
         e = rel_rms(self.tri.state.float(), self.ref.state.float())
-        if self.tri.stochastic_rounding:  # same random bits: equal, except where the two fp32 fold orders
-            # put a value on either side of its rounding threshold (then one ulp apart)
-            ulps = (self.tri.state.view(torch.int16).int() - self.ref.state.view(torch.int16).int()).abs()
-            assert ulps.max() <= 1 and (ulps > 0).float().mean() <= 1e-3, f"{what}: SR bits {ulps.float().mean():.2e}"
+        if self.tri.stochastic_rounding:  # the same random stream: bit-equal except where the two fp32 fold
+            # orders put a value on the other side of its rounding threshold (rare; a different stream
+            # would change about half of the elements)
+            differ = (self.tri.state.view(torch.int16) != self.ref.state.view(torch.int16)).float().mean()
+            assert differ <= 1e-3 and e <= 1e-2, f"{what}: SR bits differ on {differ:.2e}, rel err {e:.2e}"
         else:
             assert e <= (1e-6 if self.tri.state.dtype == torch.float32 else 1e-2), f"{what}: checkpoint rel err {e:.2e}"
         if self.tri.read_format is not None:  # the copy is the quantized checkpoint; the interpreter truncates
