@@ -6,9 +6,10 @@ program per row moves the row's cursors (``templates/cursors.py`` NOTE [one laun
 ``commit`` is one tiny launch; ``materialize`` is the replay template with no tokens. Nothing here
 reads a device value on the host, so every operation can be captured in a CUDA graph.
 
-There is no small-batch dispatch yet: at batch 1 the replay step measured 13-15 us against 7.6-8.5 us
-for the standard kernel (H200, Mamba-2 / GDN shapes), and routing to ``templates/standard.py`` is only
-correct for rows with no pending records, which the host cannot know without a sync.
+Small batches are dispatched one level up: the compiler's cost model (``passes``, ``min_batch``) leaves a
+site to the standard step below a batch size; this runtime has no per-call dispatch (routing a call
+to ``templates/standard.py`` is only correct for rows with no pending records, which the host cannot
+know without a sync).
 """
 from __future__ import annotations
 
@@ -19,16 +20,9 @@ import torch
 from ..families.base import Canonical
 from ..templates import replay
 
-def _arrivals(rs) -> torch.Tensor:
-    # TODO(compiler): ReplayState allocates ``arrivals`` itself; drop this fallback once it does
-    if getattr(rs, "arrivals", None) is None:
-        rs.arrivals = torch.zeros(rs.num_slots, dtype=torch.int32, device=rs.state.device)
-    return rs.arrivals
-
-
 def _buffers(rs) -> replay.ReplayBuffers:
     return replay.ReplayBuffers(state=rs.state, ring=rs.ring, read=rs.read, count=rs.count,
-                                flushes=rs.flushes, nonfinite=rs.nonfinite, arrivals=_arrivals(rs))
+                                flushes=rs.flushes, nonfinite=rs.nonfinite, arrivals=rs.arrivals)
 
 
 def _spec(rs) -> replay.ReplaySpec:
