@@ -9,7 +9,8 @@ writes the states without being rewritten (a chunked prefill left to the exact-s
 Budget: under 2 minutes on one H200, almost all of it compiling (Inductor for the decode graphs;
 ``inductor=False`` where the graph's lowering is not what is tested). Batches are >= 8, above the
 cost model's small-batch cut-off, so the default options rewrite every recurrent layer.
-The helpers take a ``device``: ``python3 tests/test_backend_gpu.py cpu`` runs the same checks on the CPU
+The helpers take a ``device``: ``PYTHONPATH=. python3 tests/test_backend_gpu.py cpu [steps]`` runs the
+same checks on the CPU
 (reference ops instead of Triton, no CUDA graphs).
 """
 from __future__ import annotations
