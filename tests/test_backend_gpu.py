@@ -10,8 +10,7 @@ Budget: under 2 minutes on one H200, almost all of it compiling (Inductor for th
 ``inductor=False`` where the graph's lowering is not what is tested). Batches are >= 8, above the
 cost model's small-batch cut-off, so the default options rewrite every recurrent layer.
 The helpers take a ``device``: ``PYTHONPATH=. python3 tests/test_backend_gpu.py cpu [steps]`` runs the
-same checks on the CPU
-(reference ops instead of Triton, no CUDA graphs).
+same checks on the CPU (reference ops instead of Triton, no CUDA graphs).
 """
 from __future__ import annotations
 
