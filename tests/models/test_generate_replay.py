@@ -13,7 +13,8 @@ eager copy of the same model:
 Greedy-token equality alone is weak (REPLAYSSM.md, pitfalls): the logits are compared at every step,
 and ``test_tolerance_would_catch_a_state_error`` shows a 1e-3 error in the states moves the logits by
 more than the fp32 tolerance. A token may differ only at a near-tie of eager's logits (the check
-says so and stops comparing that row). States stay fp32 except MiniMax's, which follow the weights.
+says so and stops comparing that row; at least half of all steps must be compared). States stay fp32
+except MiniMax's, which follow the weights.
 
 Default suite: one cheap family at short length on the CPU (``inductor=False``: the rest of the
 graph runs as captured, so the only difference from eager is the recurrence). ``slow``: the full
@@ -55,11 +56,7 @@ GPU_OPTIONS = dict(min_batch=1)  # min_batch: the GPU cost model would keep batc
 
 
 # Known failures, each with its handoff request (xfail strict: a fix turns them into failures to unmark).
-KNOWN = {
-    ("mamba2", torch.bfloat16): "validation's fp32 tolerance (1e-4) on fp32 logits computed through bf16 rejects "
-                                "every Mamba-2 site (3.9e-3); request in /tmp/handoff/for_compiler.md",
-    ("nemotron_h", torch.bfloat16): "same as mamba2 bf16 (validation error 1.6e-2 > 1e-4)",
-}
+KNOWN = {}
 
 
 def matrix(batches, dtypes):
@@ -95,29 +92,33 @@ def make_inputs(batch, device):
 
 def generate_twice(model, batch, new_tokens, more_tokens, device):
     """Greedy generation, then a continuation on its cache: a dict of sequences, per-step logits
-    ([steps, B, vocab]) and the cache."""
+    ([steps, B, vocab]), the recurrent states between the two (``states1``, made exact first: the
+    continuation then runs on materialized states) and the cache."""
     ids, mask, more = make_inputs(batch, device)
     seq, logits, cache = greedy(model, ids, mask, new_tokens, return_cache=True)
+    replay_compile.materialize(cache)  # a no-op for eager
+    states1 = {layer: state.clone() for layer, state in recurrent_states(cache).items()}
     seq2, logits2 = continue_greedy(model, seq, mask, cache, more, more_tokens)
-    return dict(seq=seq, logits=logits.float(), seq2=seq2, logits2=logits2.float(), cache=cache)
+    return dict(seq=seq, logits=logits.float(), states1=states1, seq2=seq2, logits2=logits2.float(), cache=cache)
 
 
 def compare_steps(replay, eager, replay_logits, eager_logits, tol, rows):
-    """Check each row of ``rows`` step by step; returns the rows whose tokens stayed equal.
+    """Check each row of ``rows`` step by step; returns (rows whose tokens stayed equal, steps compared).
 
     Logits must be within ``tol`` (rel-RMS) up to a row's first differing token; a differing token is
     allowed only where eager's choice leads the replay's by no more than the logit tolerance allows
-    (a tie), and the row is not compared after it.
+    (a tie: bf16 logits tie often), and the row is not compared after it.
     """
     steps = eager_logits.shape[0]
     tokens_r, tokens_e = replay[:, -steps:], eager[:, -steps:]
-    equal_rows = []
+    equal_rows, compared = [], 0
     for b in rows:
         differ = (tokens_r[b] != tokens_e[b]).nonzero().flatten().tolist()
         last = differ[0] if differ else steps - 1
         for t in range(last + 1):
             err = rel_rms(replay_logits[t, b], eager_logits[t, b])
             assert err <= tol, f"row {b} step {t}: logits rel-RMS {err:.2e} > {tol:.0e}"
+        compared += last + 1
         if not differ:
             equal_rows.append(b)
             continue
@@ -126,22 +127,28 @@ def compare_steps(replay, eager, replay_logits, eager_logits, tol, rows):
         assert gap <= 2 * tol * float(e.norm()), \
             f"row {b} step {last}: token {int(tokens_r[b, last])} != eager's {int(tokens_e[b, last])}, " \
             f"which leads by {gap:.3e} (not a tie)"
-    return equal_rows
+    return equal_rows, compared
+
+
+def assert_states_match(replay_states, eager_states, rows, dtype, when):
+    assert replay_states.keys() == eager_states.keys()
+    for layer in eager_states if rows else []:
+        err = rel_rms(replay_states[layer][rows], eager_states[layer][rows])
+        assert err <= STATE_TOL[dtype], f"layer {layer} {when}: state rel-RMS {err:.2e}"
 
 
 def assert_generation_matches(replay, eager, dtype):
-    """Both generations and the final states of ``replay`` (a compiled run) against ``eager``."""
+    """Both generations and the states of ``replay`` (a compiled run) against ``eager``: every row
+    until its first tie; at least half of all steps must have been compared."""
     tol = LOGIT_TOL[dtype]
     rows = list(range(eager["seq"].shape[0]))
-    rows = compare_steps(replay["seq"], eager["seq"], replay["logits"], eager["logits"], tol, rows)
-    rows = compare_steps(replay["seq2"], eager["seq2"], replay["logits2"], eager["logits2"], tol, rows)
-    assert rows, "every row ended at a tie: nothing left to compare"
+    rows, compared1 = compare_steps(replay["seq"], eager["seq"], replay["logits"], eager["logits"], tol, rows)
+    assert_states_match(replay["states1"], eager["states1"], rows, dtype, "after the first generation")
+    rows, compared2 = compare_steps(replay["seq2"], eager["seq2"], replay["logits2"], eager["logits2"], tol, rows)
     replay_compile.materialize(replay["cache"])
-    got, want = recurrent_states(replay["cache"]), recurrent_states(eager["cache"])
-    assert got.keys() == want.keys()
-    for layer in want:
-        err = rel_rms(got[layer][rows], want[layer][rows])
-        assert err <= STATE_TOL[dtype], f"layer {layer}: state rel-RMS {err:.2e}"
+    assert_states_match(recurrent_states(replay["cache"]), recurrent_states(eager["cache"]), rows, dtype, "at the end")
+    total = eager["seq"].shape[0] * (eager["logits"].shape[0] + eager["logits2"].shape[0])
+    assert compared1 + compared2 >= total / 2, f"ties cut the comparison to {compared1 + compared2} of {total} steps"
 
 
 def explain_decode_step(model, run, options):
