@@ -56,7 +56,10 @@ GPU_OPTIONS = dict(min_batch=1)  # min_batch: the GPU cost model would keep batc
 
 
 # Known failures, each with its handoff request (xfail strict: a fix turns them into failures to unmark).
-KNOWN = {}
+KNOWN = {
+    ("minimax", torch.bfloat16): "MiniMax keeps a bf16 state: validation rejects lightning layer 1 (3.8e-2 > 3e-2 "
+                                 "at random inputs); request in /tmp/handoff/for_compiler.md",
+}
 
 
 def matrix(batches, dtypes):
