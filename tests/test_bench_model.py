@@ -25,7 +25,12 @@ def test_smoke_run_writes_table_json_and_progress(tmp_path, capsys):
     assert replay["sites_rewritten"] == 3  # the three GDN layers of the stack
     assert replay["rel_err"] < 3e-2  # bf16 weights
     assert results["meta"]["context"] == 12 and results["meta"]["inductor"] is False
+    assert results["meta"]["validate"] is False
     assert png.exists() or "plot not written: matplotlib" in captured.out
+    merged = tmp_path / "merged.json"  # a run cut into parts joins back
+    assert bench_model.main(["--merge", str(out), str(out), "--out", str(merged)]) == 0
+    assert len(json.loads(merged.read_text())["rows"]) == 2
+    assert capsys.readouterr().out.count("| qwen3.5-122b | 2 |") == 2
 
 
 @pytest.mark.parametrize("name", list(bench_model.SPECS))

@@ -261,7 +261,8 @@ def time_step(step: Callable, device: str, steps: int, repeats: int) -> float:
     return statistics.median(samples)
 
 
-def compiled_forward(model, column: str, mode: str, window: int, min_batch: Optional[int], inductor: bool):
+def compiled_forward(model, column: str, mode: str, window: int, min_batch: Optional[int], inductor: bool,
+                     validate: bool):
     """``model.forward`` compiled for ``column`` under ``mode`` (static shapes: one graph per batch).
 
     Without ``inductor`` (smoke runs) the graphs run as captured: fast to build, same code paths.
@@ -270,7 +271,7 @@ def compiled_forward(model, column: str, mode: str, window: int, min_batch: Opti
     if column in ("compile", "no-recurrent"):
         return torch.compile(model.forward, mode=mode_arg, dynamic=False, backend="inductor" if inductor else "eager")
     # the mode goes in the options: torch.compile refuses mode= together with options=
-    options = {"window": window, "min_batch": min_batch, "inductor": inductor, "mode": mode_arg}
+    options = {"window": window, "min_batch": min_batch, "inductor": inductor, "mode": mode_arg, "validate": validate}
     if column == "replay-fp8":
         options["read_dtype"] = "fp8"
     return torch.compile(model.forward, backend="replayssm", dynamic=False, options=options)
@@ -309,7 +310,7 @@ class Bench:
             with stub:
                 forward = model.forward if column == "eager" else \
                     compiled_forward(model, column, mode, self.args.window, self.args.min_batch,
-                                     self.args.inductor)
+                                     self.args.inductor, self.args.validate)
                 decode.restore()
                 step = decode.step_fn(forward, cudagraph_trees=column != "eager" and mode == "reduce-overhead")
                 t0 = time.perf_counter()
@@ -463,8 +464,8 @@ def _meta(args, argv) -> dict:
                 torch=torch.__version__, transformers=transformers.__version__,
                 commit=os.environ.get("REPLAYSSM_COMMIT", ""), command=" ".join(["replayssm bench model", *argv]),
                 dtype=str(args.dtype).replace("torch.", ""), context=args.context, window=args.window,
-                steps=args.steps, repeats=args.repeats, smoke=args.smoke, inductor=args.inductor, mlp_width=MLP_WIDTH,
-                library_kernels=args.library_kernels)
+                steps=args.steps, repeats=args.repeats, smoke=args.smoke, inductor=args.inductor,
+                validate=args.validate, mlp_width=MLP_WIDTH, library_kernels=args.library_kernels)
 
 
 # ------------------------------------------------------------------------------------------- driver
@@ -492,6 +493,12 @@ def parse_args(argv):
                         "option inductor=False)")
     p.add_argument("--out", help="JSON results path")
     p.add_argument("--plot", help="PNG plot path (needs matplotlib)")
+    p.add_argument("--merge", nargs="+", metavar="JSON",
+                   help="measure nothing: join the rows of earlier --out files (a run cut into parts), then "
+                        "print the table and write --out / --plot")
+    p.add_argument("--validate", action="store_true", help="keep replayssm's numeric check of each rewrite at "
+                   "compile time (off: it draws every graph input again, slow at these sizes; each column's "
+                   "rel_err against eager checks the result instead)")
     args = p.parse_args(argv)
     preset = {**REAL, **(SMOKE if args.smoke else {})}
     for key in ("context", "prefill_chunk", "steps", "repeats", "window"):
@@ -512,9 +519,33 @@ def parse_args(argv):
     return args
 
 
+def merge(paths: list) -> dict:
+    """The rows of several result files under the first one's meta (``merged_from`` lists them all)."""
+    parts = []
+    for path in paths:
+        with open(path) as f:
+            parts.append(json.load(f))
+    sources = [dict(path=path, command=part["meta"]["command"]) for path, part in zip(paths, parts)]
+    meta = dict(parts[0]["meta"], merged_from=sources)
+    return {"meta": meta, "rows": [row for part in parts for row in part["rows"]]}
+
+
+def report(results: dict, args) -> None:
+    print(format_table(results))
+    if args.out:
+        _dump(results, args.out)
+        print(f"\nwrote {args.out}")
+    if args.plot:
+        why = plot(results, args.plot)
+        print(f"plot not written: {why}" if why else f"wrote {args.plot}")
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
+    if args.merge:
+        report(merge(args.merge), args)
+        return 0
     if args.device == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before any replay kernel imports triton
     if not args.library_kernels and not bind_torch_paths([SPECS[m] for m in args.models]):
@@ -531,12 +562,7 @@ def main(argv=None) -> int:
         del model
         _free(args.device)
     print(file=sys.stderr)
-    print(format_table(results))
-    if args.out:
-        print(f"\nwrote {args.out}")
-    if args.plot:
-        why = plot(results, args.plot)
-        print(f"plot not written: {why}" if why else f"wrote {args.plot}")
+    report(results, args)
     return 0
 
 
