@@ -3,7 +3,7 @@
 # Runtime: <= ~7 min in all, each part time-boxed (a part cut short keeps what it wrote under $OUT):
 #   e2e tests (tests/models/test_generate_replay.py -m gpu: 6 tiny fp32 models with the Triton kernels + one bf16
 #   through Inductor, last)                                                                           <= 130 s
-#   bench at batch 256, all columns, CUDA graphs (reduce-overhead), 80 s per model                    <= 240 s
+#   bench at batch 256, all columns, CUDA graphs (reduce-overhead), 75 s per model                    <= 225 s
 #   bench at batch 1 (compile vs replayssm: the "no slower at batch 1" target)                        <= 60 s
 #   merged table/JSON/plot of both                                                                     ~ 5 s
 #   MODELS_SWEEP=1: batch 8,32,128 of the GDN stack                                                   +180 s
@@ -28,7 +28,7 @@ BENCH=(python3 -m replay_compile.cli bench model)
 TAIL=30 part e2e 130 python3 -m pytest -m gpu tests/models/test_generate_replay.py -v -rA --durations=0 \
   -p no:cacheprovider
 for model in qwen3.5-122b nemotron3-super kimi-linear; do  # one time box per model; JSON saved after every cell
-  TAIL=10 part "bench_b256_$model" 80 "${BENCH[@]}" --models "$model" --batch 256 --modes reduce-overhead \
+  TAIL=10 part "bench_b256_$model" 75 "${BENCH[@]}" --models "$model" --batch 256 --modes reduce-overhead \
     --columns eager,compile,replay,no-recurrent,replay-fp8 --out "$OUT/models_bench_b256_$model.json"
 done
 TAIL=12 part bench_b1 60 "${BENCH[@]}" --batch 1 --modes reduce-overhead --columns compile,replay \
