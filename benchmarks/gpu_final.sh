@@ -23,6 +23,9 @@ TAIL=6 part pytest_kernels 80 "${GPUTEST[@]}" tests/test_kernels.py
 TAIL=34 part kernels 120 python3 -m replay_compile.cli bench kernels --shapes nemotron3-super-mamba2,qwen3.5-122b-gdn,kimi-linear-kda \
   --batch 1,256 --window 16 --read none,bf16,fp8,fp4 --verify 8 --columns ours,standard,fla --warmup-ms 5 --rep-ms 20 \
   --out "$OUT/kernels.json"
+if [ -d .oldpkg ]; then  # optional: an older replay_compile (carried) timed beside this one
+  TAIL=8 PYTHONPATH=$PWD/.oldpkg part previous_template 30 python3 benchmarks/tune_replay.py --read none --out "$OUT/previous.json"
+fi
 TAIL=8 part pytest_backend 50 "${GPUTEST[@]}" tests/test_backend_gpu.py
 TAIL=8 part pytest_models 40 "${GPUTEST[@]}" tests/models/test_generate_replay.py
 TAIL=10 part model_b256 70 python3 -m replay_compile.cli bench model --batch 256 --modes reduce-overhead --steps 8 --repeats 2 \
