@@ -82,7 +82,9 @@ class Pair:
         self.check(None, None, "commit")
 
     def check(self, o_ref, o_tri, what):
-        tol = 1e-5
+        # a 16-bit checkpoint rounds at every flush: the two fold orders may round one element apart,
+        # and the read copy carries that ulp into the outputs (1.5e-5 seen on the H200, bf16 + SR)
+        tol = 1e-5 if self.tri.state.dtype in (torch.float32, torch.float64) else 1e-4
         if o_ref is not None:
             e = rel_rms(o_tri, o_ref)
             self.worst = max(self.worst, e)

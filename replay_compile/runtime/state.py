@@ -7,8 +7,6 @@ The user's state tensor *is* the checkpoint. Beside it the object owns, per phys
     count     [N] int32   committed records since the checkpoint (device tensor; never read on the host)
     flushes   [N] int64   checkpoint writes so far (also keys stochastic rounding)
     nonfinite [N] bool    a non-finite input reached this slot since its last reset
-    arrivals  [N] int32   programs of the running replay kernel that finished reading the row (the last
-                          one moves the cursors); 0 between calls
     read      optional low-precision read copy of the checkpoint (see ``quant``)
 
 # NOTE [checkpoint dtype]
@@ -134,7 +132,6 @@ class ReplayState:
         self.count = torch.zeros(N, dtype=torch.int32, device=dev)
         self.flushes = torch.zeros(N, dtype=torch.int64, device=dev)
         self.nonfinite = torch.zeros(N, dtype=torch.bool, device=dev)
-        self.arrivals = torch.zeros(N, dtype=torch.int32, device=dev)
         self.read = None
         if self.read_format is not None:
             self.read = self.read_format.alloc(self.state.shape, dev)
@@ -155,7 +152,7 @@ class ReplayState:
         rep = {"checkpoint": nbytes([self.state]),
                "read_copy": nbytes(self.read.values()) if self.read else 0,
                "ring": nbytes(self.ring.values()),
-               "cursors": nbytes([self.count, self.flushes, self.nonfinite, self.arrivals])}
+               "cursors": nbytes([self.count, self.flushes, self.nonfinite])}
         rep["total"] = sum(rep.values())
         rep["per_slot"] = rep["total"] / self.num_slots
         return rep

@@ -1,18 +1,13 @@
-"""Per-row phase of a replay call, and the cursor moves: the last program of a row, and ``commit``.
+"""Per-row phase of a replay call, and the tiny kernels that move the device cursors.
 
-# NOTE [one launch per call]
+# NOTE [why cursors move in a second launch]
 Every program of a row reads the row's ``count`` and the ring's shared records (keys per key head,
 log-decays and betas per value head, read by every value tile). A pre-flushing row folds its old
 records and then writes its new ones over the same ring positions, so those shared writes and the
-cursor update must wait until every program of the row has read. Each program, as soon as it has
-used the cursors (``count``, and ``flushes`` for stochastic rounding) and the old records of a pre-flush
-(the only ring positions the new records overwrite), adds 1 to the row's ``arrivals`` counter (a
-release atomic after a barrier of its own threads: it waits for no store, so it costs almost nothing);
-the program that brings it to the number of programs of the row is the last reader, so at its end it
-sets ``arrivals`` back to 0 (acquire), writes the shared records and moves ``count`` and ``flushes``
-(``finalize_row``). Reads after the increment (the committed window below ``count0``, this call's inputs)
-never meet the last program's writes (positions ``count0`` and up). Tile-private records (``u``, raw ``v``) are written by each program itself. Nothing is read
-on the host, so one launch per call replays in a CUDA graph with fresh cursor values.
+cursor update must wait until every program of the row has read: ``finalize_kernel`` runs right
+after the replay kernel, one program per row. Tile-private records (``u``, raw ``v``) are written by
+the replay kernel itself. Both launches read the cursors on the device only: no host sync, and a
+CUDA graph replays them with fresh cursor values.
 """
 from __future__ import annotations
 
@@ -58,38 +53,41 @@ def load_row(slots, count, b, L: tl.constexpr, HAS_SLOTS: tl.constexpr):
 
 
 @triton.jit
-def _copy_record(src, dst, ROWS: tl.constexpr, COLS: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr):
+def _copy_record(src, dst, live, ROWS: tl.constexpr, COLS: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr):
     r = tl.arange(0, BR)[:, None]
     c = tl.arange(0, BC)[None, :]
     m = (r < ROWS) & (c < COLS)
-    tl.store(dst + r * COLS + c, tl.load(src + r * COLS + c, mask=m, other=0), mask=m)
+    tl.store(dst + r * COLS + c, tl.load(src + r * COLS + c, mask=m, other=0), mask=m & live)
 
 
 @triton.jit
-def finalize_row(k, log_a, beta, b, slot, pre, post, count0, ring_k, ring_la, ring_beta, count, flushes, arrivals,
-                 T: tl.constexpr, L: tl.constexpr, HV: tl.constexpr, HK: tl.constexpr, K: tl.constexpr,
-                 BHV: tl.constexpr, BHK: tl.constexpr, BK: tl.constexpr, DECAY: tl.constexpr, RAW: tl.constexpr,
-                 COMMIT: tl.constexpr):
-    """Row ``b`` (slot ``slot``, live): write its new shared records (k ``[T, HK, K]``, log_a, raw beta), move its cursors."""
-    tl.atomic_xchg(arrivals + slot, 0, sem="acquire")  # the others' reads happen before the writes below
-    for t in tl.static_range(T):
+def finalize_kernel(k, log_a, beta, slots, ring_k, ring_la, ring_beta, count, flushes,
+                    T: tl.constexpr, L: tl.constexpr, HV: tl.constexpr, HK: tl.constexpr, K: tl.constexpr,
+                    BHV: tl.constexpr, BHK: tl.constexpr, BK: tl.constexpr,
+                    DECAY: tl.constexpr, RAW: tl.constexpr, COMMIT: tl.constexpr, FORCE: tl.constexpr,
+                    MATERIALIZE: tl.constexpr, HAS_SLOTS: tl.constexpr):
+    """One row: write its new shared records (k ``[T, HK, K]``, log_a, raw beta) and move its cursors."""
+    b = tl.program_id(0).to(tl.int64)
+    slot, live, c = load_row(slots, count, b, L, HAS_SLOTS)
+    pre, post, count0 = row_phase(c, live, T, L, COMMIT, FORCE, MATERIALIZE)
+    for t in range(T):
         pos = slot * L + count0 + t
         tok = b * T + t
-        _copy_record(k + tok * HK * K, ring_k + pos * HK * K, HK, K, BHK, BK)
+        _copy_record(k + tok * HK * K, ring_k + pos * HK * K, live, HK, K, BHK, BK)
         if DECAY == 1:
-            _copy_record(log_a + tok * HV, ring_la + pos * HV, 1, HV, 1, BHV)
+            _copy_record(log_a + tok * HV, ring_la + pos * HV, live, 1, HV, 1, BHV)
         elif DECAY == 2:
-            _copy_record(log_a + tok * HV * K, ring_la + pos * HV * K, HV, K, BHV, BK)
+            _copy_record(log_a + tok * HV * K, ring_la + pos * HV * K, live, HV, K, BHV, BK)
         if RAW:
-            _copy_record(beta + tok * HV, ring_beta + pos * HV, 1, HV, 1, BHV)
+            _copy_record(beta + tok * HV, ring_beta + pos * HV, live, 1, HV, 1, BHV)
     if COMMIT:
         new_count = count0 + T
     else:
         new_count = count0
     new_count = tl.where(post, 0, new_count)
-    tl.store(count + slot, new_count.to(count.dtype.element_ty))
-    f = tl.load(flushes + slot)
-    tl.store(flushes + slot, f + pre.to(f.dtype) + post.to(f.dtype))
+    tl.store(count + slot, new_count.to(count.dtype.element_ty), mask=live)
+    f = tl.load(flushes + slot, mask=live, other=0)
+    tl.store(flushes + slot, f + pre.to(f.dtype) + post.to(f.dtype), mask=live)
 
 
 @triton.jit

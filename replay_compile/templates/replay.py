@@ -1,37 +1,28 @@
 """The replay decode template: one launch of it serves every row of a step, verify or materialize.
 
 One program owns one (row, value head, value tile): it loads its ``[K, BV]`` checkpoint tile once
-(rows that do not flush read the read copy instead), gathers the row's committed records, runs the
-call's ``T`` tokens through the window, and only on rows that flush folds the window into the
-checkpoint (one rank-L product on the tensor cores) and re-quantizes the read copy. Everything per row
-(flush or not, where the window ends) comes from the device cursors inside the kernel
-(``cursors.row_phase``), and the last program of a row to finish moves the row's cursors
-(``cursors.finalize_row``, NOTE [one launch per call]): no host sync, one launch, so a step can be
-captured in a CUDA graph.
+(or, on rows that do not flush, the read copy's tile), gathers the row's window of records
+(ring positions below the row's count, then this call's ``T`` tokens), computes the ``T`` outputs, and
+only on rows that flush folds the window (a rank-L update) and writes the checkpoint and read copy.
+Everything per row (flush or not, where the window ends) comes from the device cursors inside the
+kernel (``cursors.row_phase``): there is no host sync, so a step can be captured in a CUDA graph. A tiny
+per-row launch (``cursors.finalize_kernel``) follows it to move the cursors.
 
-# NOTE [the window in registers]
-The kernel holds three things per program: the state tile ``base [BK, BV]``, the keys of the window
-weighted by their decay to the current position ``KWp [BL, BK]`` and the corrected updates
-``U [BL, BV]`` (plus the call's ``T`` tokens, loaded as blocks up front). A token at position ``p`` reads
-
-    S_p^T x = base^T (G_p * x) + sum_j (KWp_j . x) U_j           (G_p: the checkpoint's decay to p)
-
-and moving to the next position multiplies ``KWp`` by that token's decay and puts its key in row p
-(``_advance``): per token, one ``[BL, BK]`` scaling, not a fresh cumulative decay (which would cost
-``BL x K`` exponentials per token with per-channel decays). A fold is ``G * base + KWp^T U`` (``_fold``),
-as rank-1 updates in exact fp32: on the H200 a ``tl.dot`` there (tf32x3, or an fp32 FMA dot) cost every
-program shared memory, registers and spills, which slowed the non-flush path that 15 of 16 rows take.
-
-# NOTE [window weights without differences]
-The decay from record ``i`` to position ``p`` is ``exp(sum_{i<j<=p} log_a_j)``: a reverse cumulative
-sum of the log-decays shifted by one position (gathered a second time at ``j + 1``), or a running
-product, never a difference of prefix sums, so a decay of exactly 0 (``log_a = -inf``) gives weight 0,
-not NaN, as in reference.py.
+Registers decide this kernel's speed (it is memory-bound and needs many resident warps): the window
+the outputs read is held in registers (``[L, K]`` keys, ``[L, BV]`` updates), but flush folds re-read
+their records from memory one position at a time (``_fold``), so the flush path, which only 1/L of
+rows take, costs no registers on the others (a ``tl.dot`` fold took the kernel to 254 registers and
+0.55-0.68x of the standard kernel on the H200; the sequential fold to 96-168 registers).
 
 Specialisation (constexpr): decay kind x delta rule (the family's ``template``), raw delta folds,
 read-copy format, layout (strides + ``LAYOUT_KV``), head dims, grouping, window ``L``, draft length
 ``T``, checkpoint dtype (stochastic rounding), compute dtype. Value columns are independent in every
 family (the delta rule's ``S^T k`` reduces over keys), which is what lets a program own a value tile.
+
+# NOTE [window weights without differences]
+The decay from record ``i`` to position ``p`` is ``exp(sum_{i<j<=p} log_a_j)``: a reverse cumulative
+sum of the log-decays shifted by one position (gathered a second time at ``j + 1``), never a difference
+of prefix sums, so a decay of exactly 0 (``log_a = -inf``) gives weight 0, not NaN, as in reference.py.
 """
 from __future__ import annotations
 
@@ -43,7 +34,7 @@ import triton
 import triton.language as tl
 
 from ..families.base import Canonical
-from .cursors import commit_kernel, finalize_row, load_row, row_phase
+from .cursors import commit_kernel, finalize_kernel, load_row, row_phase
 from .readcopy import READ_CODES, load_read_tile, store_read_tile
 from .sround import SR_FORMATS, slot_seed, stochastic_round
 
@@ -72,144 +63,95 @@ def _gather1(ring_row, x_row, stride, j, n_ring, n_new, CD: tl.constexpr):
 
 
 @triton.jit
-def _gather_decays(rla, xla, LS: tl.constexpr, j, n_ring, n_new, offs_k, mask_k, DECAY: tl.constexpr,
-                   CD: tl.constexpr):
-    """Log-decays at positions ``j`` and ``j + 1`` (``[BL]`` scalar or ``[BL, BK]`` per channel; 0 without decay)."""
-    LA = 0.0
-    LN = 0.0
-    if DECAY == 2:
-        LA = _gather(rla, xla, LS, j, n_ring, n_new, offs_k, mask_k, CD)
-        LN = _gather(rla, xla, LS, j + 1, n_ring, n_new, offs_k, mask_k, CD)
-    elif DECAY == 1:
-        LA = _gather1(rla, xla, LS, j, n_ring, n_new, CD)
-        LN = _gather1(rla, xla, LS, j + 1, n_ring, n_new, CD)
-    return LA, LN
-
-
-@triton.jit
-def _weights_at(KW, LA, LN, j, p, DECAY: tl.constexpr):
-    """``(lg, KWp)`` at position ``p``: the checkpoint's log-decay, keys weighted by their decay (0 after ``p``)."""
+def _decayed_keys(KW, LA, LA_NEXT, j, p, DECAY: tl.constexpr):
+    """``(G, KWp)``: total decay up to position ``p`` and keys weighted by their decay to ``p`` (0 after ``p``)."""
     live = (j <= p)[:, None]
     KWp = tl.where(live, KW, 0.0)
-    lg = 0.0
+    G = 1.0
     if DECAY == 1:
-        lg = tl.sum(tl.where(j <= p, LA, 0.0), 0)
-        KWp = KWp * tl.exp(tl.cumsum(tl.where(j + 1 <= p, LN, 0.0), 0, reverse=True))[:, None]
+        G = tl.exp(tl.sum(tl.where(j <= p, LA, 0.0), 0))
+        KWp = KWp * tl.exp(tl.cumsum(tl.where(j + 1 <= p, LA_NEXT, 0.0), 0, reverse=True))[:, None]
     elif DECAY == 2:
-        lg = tl.sum(tl.where(live, LA, 0.0), 0)
-        KWp = KWp * tl.exp(tl.cumsum(tl.where((j + 1 <= p)[:, None], LN, 0.0), 0, reverse=True))
-    return lg, KWp
+        G = tl.exp(tl.sum(tl.where(live, LA, 0.0), 0))
+        KWp = KWp * tl.exp(tl.cumsum(tl.where((j + 1 <= p)[:, None], LA_NEXT, 0.0), 0, reverse=True))
+    return G, KWp
 
 
 @triton.jit
-def _advance(lg, KWp, la_t, k_t, j, p, DECAY: tl.constexpr):
-    """Move ``(lg, KWp)`` from position ``p - 1`` to ``p``: every record decays by ``a_p``, key ``p`` joins at 1."""
-    if DECAY == 1:
-        lg = lg + la_t
-        KWp = KWp * tl.exp(la_t)
-    elif DECAY == 2:
-        lg = lg + la_t
-        KWp = KWp * tl.exp(la_t)[None, :]
-    return lg, tl.where((j == p)[:, None], k_t[None, :], KWp)
+def _read(base, G, KWp, Up, x):
+    """``S_p^T x`` ``[BV]`` for ``x [BK]``: ``base^T (G * x) + sum_i ((w_i * k_i) . x) u_i``."""
+    c = tl.sum(KWp * x[None, :], 1)
+    return tl.sum(base * (x * G)[:, None], 0) + tl.sum(c[:, None] * Up, 0)
 
 
 @triton.jit
-def _decay_of(lg, DECAY: tl.constexpr):
-    """``G = exp(lg)`` (1 without decay)."""
-    g = 1.0
-    if DECAY > 0:
-        g = tl.exp(lg)
-    return g
+def _fold(S, rk, rla, ru, xk, xla, n_ring, n_total, offs_k, mask_k, offs_v, mask_v,
+          KS: tl.constexpr, LS: tl.constexpr, US: tl.constexpr, L: tl.constexpr, DECAY: tl.constexpr, CD: tl.constexpr):
+    """Checkpoint after the records at positions ``< n_total``: ``S <- a_i * S + k_i u_i^T`` in order.
 
-
-@triton.jit
-def _window_read(KWp, U, x):
-    """``sum_j (KWp_j . x) U_j`` ``[BV]`` for ``x [BK]``."""
-    return tl.sum(tl.sum(KWp * x[None, :], 1)[:, None] * U, 0)
-
-
-@triton.jit
-def _state_read(base, g, x):
-    """``base^T (g * x)`` ``[BV]`` (``g`` scalar or ``[BK]``)."""
-    return tl.sum(base * (x * g)[:, None], 0)
-
-
-@triton.jit
-def _row(X, j, i):
-    """Row ``i`` of ``X [BL, BC]`` (a masked reduction: registers cannot be indexed by a loop variable)."""
-    return tl.sum(tl.where((j == i)[:, None], X, 0.0), 0)
-
-
-@triton.jit
-def _fold(S, lg, KWp, U, j, BL: tl.constexpr, DECAY: tl.constexpr):
-    """The checkpoint after a window: ``G * S + sum_i KWp_i U_i^T`` (``G = exp(lg)`` per tile or per key row).
-
-    Rank-1 updates in fp32 registers: only rows that flush run it, and a ``tl.dot`` here would hold a
-    second ``[BK, BV]`` accumulator and shared-memory operands in every program (registers and occupancy
-    of the non-flush path; an fp32 FMA dot spills to local memory on sm_90).
+    Keys and log-decays come from the ring below ``n_ring`` and from this call's inputs above it; the
+    corrected updates ``u`` all come from the ring (this program wrote the new ones: see the barrier
+    before a fold). Only flushing rows run it, so it re-reads records instead of holding the window in
+    registers, which keeps the non-flush path's register budget (and occupancy) for the state tile.
     """
-    if DECAY == 1:
-        S = S * tl.exp(lg)
-    elif DECAY == 2:
-        S = S * tl.exp(lg)[:, None]
-    for i in range(0, BL):
-        S += _row(KWp, j, i)[:, None] * _row(U, j, i)[None, :]
+    for i in range(0, L):
+        ring = i < n_ring
+        new = (i >= n_ring) & (i < n_total)
+        t = i - n_ring
+        k_i = tl.where(ring, tl.load(rk + i * KS + offs_k, mask=mask_k & ring, other=0.0).to(CD),
+                       tl.load(xk + t * KS + offs_k, mask=mask_k & new, other=0.0).to(CD))
+        u_i = tl.load(ru + i * US + offs_v, mask=mask_v & (ring | new), other=0.0).to(CD)
+        S_i = S
+        if DECAY == 1:
+            S_i = S * tl.exp(tl.where(ring, tl.load(rla + i * LS, mask=ring, other=0.0).to(CD),
+                                      tl.load(xla + t * LS, mask=new, other=0.0).to(CD)))
+        elif DECAY == 2:
+            g = tl.where(ring, tl.load(rla + i * LS + offs_k, mask=mask_k & ring, other=0.0).to(CD),
+                         tl.load(xla + t * LS + offs_k, mask=mask_k & new, other=0.0).to(CD))
+            S_i = S * tl.exp(g)[:, None]
+        S = tl.where(ring | new, S_i + k_i[:, None] * u_i[None, :], S)
     return S
 
 
 @triton.jit
-def _true_updates(S, KR, LAF, VR, BETA, j, BL: tl.constexpr, DECAY: tl.constexpr):
-    """``(lg, KWp, U)`` after replaying the delta recurrence over raw records from the exact checkpoint ``S``.
+def _fold_raw(S, rk, rla, rv, rbeta, xk, xla, xv, xbeta, n_ring, n_new, offs_k, mask_k, offs_v, mask_v,
+              KS: tl.constexpr, LS: tl.constexpr, US: tl.constexpr, BS: tl.constexpr, L: tl.constexpr,
+              DECAY: tl.constexpr, CD: tl.constexpr):
+    """The true delta recurrence over raw records ``(log_a, k, v, beta)``, from the exact checkpoint ``S``.
 
-    ``u_i = beta_i (v_i - a_i S_{i-1}^T k_i)`` record by record, each seeing the checkpoint (decayed to
-    it) and the records before it (forward substitution of the window's triangular system). Positions
-    past the window hold zeros in every input, so their ``u`` is 0 and they leave ``lg`` and ``KWp`` as
-    they were.
+    Runs ``L`` predicated iterations (records past ``n_ring + n_new`` leave ``S`` unchanged): the trip
+    count stays a compile-time constant (the interpreter cannot loop to a device value).
     """
-    lg = 0.0
-    if DECAY > 0:
-        lg = tl.zeros_like(tl.sum(LAF, 0))
-    KWp = tl.zeros_like(KR)
-    U = tl.zeros_like(VR)
-    for i in range(0, BL):
-        k_i = _row(KR, j, i)
-        la_i = 0.0
-        if DECAY == 2:
-            la_i = _row(LAF, j, i)
-        elif DECAY == 1:
-            la_i = tl.sum(tl.where(j == i, LAF, 0.0), 0)
-        lg, KWp = _advance(lg, KWp, la_i, k_i, j, i, DECAY)
-        beta_i = tl.sum(tl.where(j == i, BETA, 0.0), 0)
-        sk = _state_read(S, _decay_of(lg, DECAY), k_i) + _window_read(KWp, U, k_i)  # U row i is still 0
-        U = tl.where((j == i)[:, None], (beta_i * (_row(VR, j, i) - sk))[None, :], U)
-    return lg, KWp, U
+    for i in range(0, L):
+        ring = i < n_ring
+        new = (i >= n_ring) & (i < n_ring + n_new)
+        t = i - n_ring
+        k_i = tl.where(ring, tl.load(rk + i * KS + offs_k, mask=mask_k & ring, other=0.0).to(CD),
+                       tl.load(xk + t * KS + offs_k, mask=mask_k & new, other=0.0).to(CD))
+        v_i = tl.where(ring, tl.load(rv + i * US + offs_v, mask=mask_v & ring, other=0.0).to(CD),
+                       tl.load(xv + t * US + offs_v, mask=mask_v & new, other=0.0).to(CD))
+        beta_i = tl.where(ring, tl.load(rbeta + i * BS, mask=ring, other=0.0).to(CD),
+                          tl.load(xbeta + t * BS, mask=new, other=0.0).to(CD))
+        S_i = S
+        if DECAY == 1:
+            S_i = S * tl.exp(tl.where(ring, tl.load(rla + i * LS, mask=ring, other=0.0).to(CD),
+                                      tl.load(xla + t * LS, mask=new, other=0.0).to(CD)))
+        elif DECAY == 2:
+            g = tl.where(ring, tl.load(rla + i * LS + offs_k, mask=mask_k & ring, other=0.0).to(CD),
+                         tl.load(xla + t * LS + offs_k, mask=mask_k & new, other=0.0).to(CD))
+            S_i = S * tl.exp(g)[:, None]
+        u = beta_i * (v_i - tl.sum(S_i * k_i[:, None], 0))
+        S = tl.where(ring | new, S_i + k_i[:, None] * u[None, :], S)
+    return S
 
 
 @triton.jit
-def _state_tile(state, slot, h, vt, stride_sn, stride_sh, stride_sk, stride_sv, K: tl.constexpr, V: tl.constexpr,
-                BK: tl.constexpr, BV: tl.constexpr, LAYOUT_KV: tl.constexpr):
-    """Block pointer to the ``[BK, BV]`` checkpoint tile (keys x values) of one (slot, head, value tile).
-
-    A block pointer keeps the tile's address in scalars until the load or store, where a pointer
-    tensor (8 bytes per element) would stay live across the kernel for the flush-row store.
-    """
-    head = state + slot * stride_sn + h * stride_sh
-    if LAYOUT_KV:
-        blk = tl.make_block_ptr(head, (K, V), (stride_sk, stride_sv), (0, vt * BV), (BK, BV), (1, 0))
-    else:
-        blk = tl.make_block_ptr(head, (K, V), (stride_sk, stride_sv), (0, vt * BV), (BK, BV), (0, 1))
-    return blk
-
-
-@triton.jit
-def _nonfinite(x):
-    """Any element of the block ``x`` is NaN or infinite."""
+def _any_nonfinite(x):
     return tl.sum((~(tl.abs(x) < float("inf"))).to(tl.int32)) > 0
 
 
 @triton.jit
-def _nonfinite1(x):
-    """The scalar ``x`` is NaN or infinite."""
+def _nonfinite(x):
     return ~(tl.abs(x) < float("inf"))
 
 
@@ -218,10 +160,10 @@ def replay_kernel(
     state, q, k, v, log_a, beta, out, slots,
     ring_k, ring_u, ring_la, ring_v, ring_beta,
     read_data, read_row_scale, read_block_scale,
-    count, flushes, nonfinite, arrivals, seed,
+    count, flushes, nonfinite, seed,
     stride_sn, stride_sh, stride_sk, stride_sv,
-    T: tl.constexpr, L: tl.constexpr, BL: tl.constexpr, BTK: tl.constexpr, HV: tl.constexpr, GROUP: tl.constexpr,
-    K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BHV: tl.constexpr, BHK: tl.constexpr,
+    T: tl.constexpr, L: tl.constexpr, BL: tl.constexpr, HV: tl.constexpr, GROUP: tl.constexpr,
+    K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     DECAY: tl.constexpr, DELTA: tl.constexpr, RAW: tl.constexpr, READ: tl.constexpr, LAYOUT_KV: tl.constexpr,
     COMMIT: tl.constexpr, FORCE: tl.constexpr, MATERIALIZE: tl.constexpr, HAS_SLOTS: tl.constexpr,
     SR: tl.constexpr, SR_MANT: tl.constexpr, SR_EMIN: tl.constexpr, CD: tl.constexpr,
@@ -239,9 +181,8 @@ def replay_kernel(
     HK: tl.constexpr = HV // GROUP
     hk = h // GROUP
     slot, live, c = load_row(slots, count, b, L, HAS_SLOTS)
-    n_flushes = 0
-    if SR:  # the stochastic-rounding stream of this flush, read before the last program moves it
-        n_flushes = tl.load(flushes + slot, mask=live, other=0)
+    pre, post, count0 = row_phase(c, live, T, L, COMMIT, FORCE, MATERIALIZE)
+    flush = pre | post
 
     offs_k = tl.arange(0, BK)
     offs_v = vt * BV + tl.arange(0, BV)
@@ -249,6 +190,7 @@ def replay_kernel(
     mask_kv = mask_k[:, None] & mask_v[None, :]
     j = tl.arange(0, BL)
     head = slot * HV + h
+    s_tile = state + slot * stride_sn + h * stride_sh + offs_k[:, None] * stride_sk + offs_v[None, :] * stride_sv
     if LAYOUT_KV:
         R: tl.constexpr = K
         C: tl.constexpr = V
@@ -261,21 +203,6 @@ def replay_kernel(
         BR: tl.constexpr = BV
         BC: tl.constexpr = BK
         rows, cols, mask_rc = offs_v, offs_k, mask_v[:, None] & mask_k[None, :]
-
-    # the state tile first: its load depends on the slot only, so it overlaps the cursor load
-    if READ > 0:
-        base = load_read_tile(read_data, read_row_scale, read_block_scale, head, rows, cols, mask_rc, live,
-                              R, C, BR, BC, READ, LAYOUT_KV, CD)
-    else:
-        base = tl.load(_state_tile(state, slot, h, vt, stride_sn, stride_sh, stride_sk, stride_sv, K, V, BK, BV,
-                                   LAYOUT_KV), boundary_check=(0, 1), padding_option="zero").to(CD)
-        base = tl.where(live, base, 0.0)  # a padding row read slot 0's tile: it must not show
-    pre, post, count0 = row_phase(c, live, T, L, COMMIT, FORCE, MATERIALIZE)
-    flush = pre | post
-    if READ > 0:
-        if flush:  # rows that write the checkpoint read it exactly
-            base = tl.load(_state_tile(state, slot, h, vt, stride_sn, stride_sh, stride_sk, stride_sv, K, V, BK, BV,
-                                       LAYOUT_KV), boundary_check=(0, 1), padding_option="zero").to(CD)
 
     # per-position strides of records (ring and inputs alike)
     KS: tl.constexpr = HK * K
@@ -294,107 +221,93 @@ def replay_kernel(
     xbeta = beta + b * T * HV + h
     cols_v = tl.arange(0, BV)
 
-    # every load this program needs is issued before the arrival below (its release waits for them):
-    # this call's tokens ``[BTK, ...]``, then the committed window below count0
-    jt = tl.arange(0, BTK)
-    tok = jt < T
-    QT = tl.load(xq + jt[:, None] * KS + offs_k[None, :], mask=tok[:, None] & mask_k[None, :], other=0.0).to(CD)
-    KT = tl.load(xk + jt[:, None] * KS + offs_k[None, :], mask=tok[:, None] & mask_k[None, :], other=0.0).to(CD)
-    VT = tl.load(xv + jt[:, None] * US + cols_v[None, :], mask=tok[:, None] & mask_v[None, :], other=0.0).to(CD)
-    LAT = 0.0
-    if DECAY == 1:
-        LAT = tl.load(xla + jt * LS, mask=tok, other=0.0).to(CD)
-    elif DECAY == 2:
-        LAT = tl.load(xla + jt[:, None] * LS + offs_k[None, :], mask=tok[:, None] & mask_k[None, :], other=0.0).to(CD)
-    BETAT = 0.0
-    if DELTA:
-        BETAT = tl.load(xbeta + jt * HV, mask=tok, other=0.0).to(CD)
-    KW = _gather(rk, xk, KS, j, count0, 0, offs_k, mask_k, CD)
-    LA, LN = _gather_decays(rla, xla, LS, j, count0, 0, offs_k, mask_k, DECAY, CD)
-    U = _gather(ru, xv, US, j, count0, 0, cols_v, mask_v, CD)
+    if READ > 0:
+        exact = tl.load(s_tile, mask=mask_kv & flush, other=0.0).to(CD)
+    else:
+        exact = tl.load(s_tile, mask=mask_kv & live, other=0.0).to(CD)
 
     if pre:  # fold the committed records first (their ring positions are about to be reused)
-        KO = _gather(rk, xk, KS, j, c, 0, offs_k, mask_k, CD)
-        LAO, LNO = _gather_decays(rla, xla, LS, j, c, 0, offs_k, mask_k, DECAY, CD)
         if RAW:
-            VO = _gather(rv, xv, US, j, c, 0, cols_v, mask_v, CD)
-            BO = _gather1(rbeta, xbeta, HV, j, c, 0, CD)
-            lgo, KWo, UO = _true_updates(base, KO, LAO, VO, BO, j, BL, DECAY)
+            exact = _fold_raw(exact, rk, rla, rv, rbeta, xk, xla, xv, xbeta, c, 0, offs_k, mask_k, cols_v, mask_v,
+                              KS, LS, US, HV, L, DECAY, CD)
         else:
-            lgo, KWo = _weights_at(KO, LAO, LNO, j, c - 1, DECAY)
-            UO = _gather(ru, xv, US, j, c, 0, cols_v, mask_v, CD)
-        base = _fold(base, lgo, KWo, UO, j, BL, DECAY)
-    # NOTE [one launch per call] (cursors.py): this program's reads of the row's cursors and of the
-    # records the last program overwrites are done (every thread used them before the barrier)
-    tl.debug_barrier()
-    arrived = tl.atomic_add(arrivals + slot, 1, mask=live, sem="release")
+            exact = _fold(exact, rk, rla, ru, xk, xla, c, c, offs_k, mask_k, cols_v, mask_v, KS, LS, US, L, DECAY, CD)
+    tl.debug_barrier()  # every old record is read before this row's new records overwrite them
 
-    bad = _nonfinite(QT) | _nonfinite(KT) | _nonfinite(VT)
-    if DECAY > 0:
-        bad = bad | _nonfinite(LAT)
-    if DELTA:
-        bad = bad | _nonfinite(BETAT)
+    if READ > 0:
+        approx = load_read_tile(read_data, read_row_scale, read_block_scale, head, rows, cols, mask_rc,
+                                live & ~flush, R, C, BR, BC, READ, LAYOUT_KV, CD)
+        base = tl.where(flush, exact, approx)
+    else:
+        base = exact
+
+    # the window after this call: committed records below count0, then the T new tokens
+    KW = _gather(rk, xk, KS, j, count0, T, offs_k, mask_k, CD)
+    LA = KW
+    LN = KW
+    if DECAY == 1:
+        LA = _gather1(rla, xla, LS, j, count0, T, CD)
+        LN = _gather1(rla, xla, LS, j + 1, count0, T, CD)
+    elif DECAY == 2:
+        LA = _gather(rla, xla, LS, j, count0, T, offs_k, mask_k, CD)
+        LN = _gather(rla, xla, LS, j + 1, count0, T, offs_k, mask_k, CD)
+    if DELTA:  # corrected updates of the new tokens are computed below, one token at a time
+        U = _gather(ru, xv, US, j, count0, 0, cols_v, mask_v, CD)
+    else:
+        U = _gather(ru, xv, US, j, count0, T, cols_v, mask_v, CD)
+
+    bad = live & (c < 0)
+    for t in range(T):
+        p = count0 + t
+        q_t = tl.load(xq + t * KS + offs_k, mask=mask_k, other=0.0).to(CD)
+        k_t = tl.load(xk + t * KS + offs_k, mask=mask_k, other=0.0).to(CD)
+        v_t = tl.load(xv + t * US + cols_v, mask=mask_v, other=0.0).to(CD)
+        bad = bad | _any_nonfinite(q_t) | _any_nonfinite(k_t) | _any_nonfinite(v_t)
+        if DECAY == 1:
+            bad = bad | _nonfinite(tl.load(xla + t * LS))
+        elif DECAY == 2:
+            bad = bad | _any_nonfinite(tl.load(xla + t * LS + offs_k, mask=mask_k, other=0.0))
+        G, KWp = _decayed_keys(KW, LA, LN, j, p, DECAY)
+        u_t = v_t
+        if DELTA:
+            beta_t = tl.load(xbeta + t * HV).to(CD)
+            bad = bad | _nonfinite(beta_t)
+            u_t = beta_t * (v_t - _read(base, G, KWp, tl.where((j < p)[:, None], U, 0.0), k_t))
+            U = tl.where((j == p)[:, None], u_t[None, :], U)
+            if RAW:
+                tl.store(rv + p * US + cols_v, v_t, mask=mask_v & live)
+        o_t = _read(base, G, KWp, tl.where((j <= p)[:, None], U, 0.0), q_t)
+        tl.store(out + ((b * T + t) * HV + h) * V + offs_v, tl.where(live, o_t, 0.0), mask=mask_v)
+        tl.store(ru + p * US + cols_v, u_t, mask=mask_v & live)
     tl.store(nonfinite + slot, tl.full([], 1, tl.uint8), mask=bad & live)
 
-    # the committed window weighted to its last position; the T tokens join it one at a time
-    lg, KWp = _weights_at(KW, LA, LN, j, count0 - 1, DECAY)
-    O = tl.zeros([BTK, BV], CD)
-    for t in tl.static_range(T):
-        p = count0 + t
-        q_t = _row(QT, jt, t)
-        k_t = _row(KT, jt, t)
-        la_t = 0.0
-        if DECAY == 1:
-            la_t = tl.sum(tl.where(jt == t, LAT, 0.0), 0)
-        elif DECAY == 2:
-            la_t = _row(LAT, jt, t)
-        lg, KWp = _advance(lg, KWp, la_t, k_t, j, p, DECAY)
-        g = _decay_of(lg, DECAY)
-        u_t = _row(VT, jt, t)
-        if DELTA:  # u = beta (v - a S_{p-1}^T k): the window without row p (U row p is still 0)
-            beta_t = tl.sum(tl.where(jt == t, BETAT, 0.0), 0)
-            u_t = beta_t * (u_t - _state_read(base, g, k_t) - _window_read(KWp, U, k_t))
-        U = tl.where((j == p)[:, None], u_t[None, :], U)
-        O = tl.where((jt == t)[:, None], (_state_read(base, g, q_t) + _window_read(KWp, U, q_t))[None, :], O)
-    tl.store(out + ((b * T + jt[:, None]) * HV + h) * V + offs_v[None, :], tl.where(live, O, 0.0),
-             mask=tok[:, None] & mask_v[None, :])
-    new_rows = ((j >= count0) & (j < count0 + T) & live)[:, None] & mask_v[None, :]
-    tl.store(ru + j[:, None] * US + cols_v[None, :], U, mask=new_rows)  # this tile's records
-    if RAW:
-        tl.store(rv + (count0 + jt)[:, None] * US + cols_v[None, :], VT, mask=(tok & live)[:, None] & mask_v[None, :])
-
+    tl.debug_barrier()  # the new u records written above are visible to every thread of the fold
+    new = base
     if post:  # post rows read the exact checkpoint: base is exact
-        if RAW:  # the true recurrence over the raw records, from the exact checkpoint
-            KR = _gather(rk, xk, KS, j, count0, T, offs_k, mask_k, CD)
-            LAF, _ = _gather_decays(rla, xla, LS, j, count0, T, offs_k, mask_k, DECAY, CD)
-            VR = _gather(rv, xv, US, j, count0, T, cols_v, mask_v, CD)
-            BR_ = _gather1(rbeta, xbeta, HV, j, count0, T, CD)
-            lg, KWp, U = _true_updates(base, KR, LAF, VR, BR_, j, BL, DECAY)
-        base = _fold(base, lg, KWp, U, j, BL, DECAY)
+        if RAW:
+            new = _fold_raw(base, rk, rla, rv, rbeta, xk, xla, xv, xbeta, count0, T, offs_k, mask_k, cols_v,
+                            mask_v, KS, LS, US, HV, L, DECAY, CD)
+        else:
+            new = _fold(base, rk, rla, ru, xk, xla, count0, count0 + T, offs_k, mask_k, cols_v, mask_v,
+                        KS, LS, US, L, DECAY, CD)
     if flush:
         if SR:
             if LAYOUT_KV:
                 phys = offs_k[:, None] * V + offs_v[None, :]
             else:
                 phys = offs_v[None, :] * K + offs_k[:, None]
-            seed_row = slot_seed(seed, slot, n_flushes)
-            stored = stochastic_round(base.to(tl.float32), seed_row, (h * K * V + phys).to(tl.int32), SR_MANT, SR_EMIN)
+            seed_row = slot_seed(seed, slot, tl.load(flushes + slot))
+            stored = stochastic_round(new.to(tl.float32), seed_row, (h * K * V + phys).to(tl.int32), SR_MANT, SR_EMIN)
         else:
-            stored = base.to(state.dtype.element_ty).to(CD)
-        tl.store(_state_tile(state, slot, h, vt, stride_sn, stride_sh, stride_sk, stride_sv, K, V, BK, BV, LAYOUT_KV),
-                 stored.to(state.dtype.element_ty), boundary_check=(0, 1))
+            stored = new.to(state.dtype.element_ty).to(CD)
+        tl.store(s_tile, stored.to(state.dtype.element_ty), mask=mask_kv)
         if READ > 0:
             store_read_tile(stored.to(tl.float32), read_data, read_row_scale, read_block_scale, head, rows, cols,
                             mask_rc, flush, R, C, BR, BC, READ, LAYOUT_KV)
 
-    if live & (arrived == HV * tl.num_programs(2) - 1):  # the row's last program
-        finalize_row(k, log_a, beta, b, slot, pre, post, count0, ring_k, ring_la, ring_beta, count, flushes,
-                     arrivals, T, L, HV, HK, K, BHV, BHK, BK, DECAY, RAW, COMMIT)
-
 
 # ------------------------------------------------------------------------------------------ launcher
 _DECAY_CODE = {"none": 0, "scalar": 1, "channel": 2}
-_MIN_PROGRAMS = 264  # two per H200 SM: below that, value tiles shrink so a small batch still fills the GPU
 
 
 @dataclasses.dataclass(frozen=True)
@@ -407,7 +320,6 @@ class ReplayBuffers:
     count: torch.Tensor
     flushes: torch.Tensor
     nonfinite: torch.Tensor
-    arrivals: torch.Tensor
 
 
 @dataclasses.dataclass(frozen=True)
@@ -425,46 +337,35 @@ class ReplaySpec:
     seed: int
 
 
-@dataclasses.dataclass(frozen=True)
-class Tiling:
-    """Block sizes of one launch: ``[BK, BV]`` state tile, ``BL`` window rows, ``BTK`` token rows."""
-
-    BK: int
-    BV: int
-    BL: int
-    BTK: int
-    num_warps: int
-
-
-def tiling(spec: ReplaySpec, K: int, V: int, rows: int, Hv: int, T: int, block_v: Optional[int] = None,
-           num_warps: Optional[int] = None) -> Tiling:
-    """Tiles of a call over ``rows`` rows of ``T`` tokens.
+def tiling(spec: ReplaySpec, K: int, V: int, rows: int, Hv: int, block_v: Optional[int] = None):
+    """``(BK, BV, BL, num_warps)`` of a call over ``rows`` rows.
 
     Programs that quantize a row-scaled read copy must own whole physical rows (kv layout: all of V);
-    otherwise ``[K, 64]``-element tiles at most (8K fp32, as the standard kernel), value tiles halved while
-    the grid would leave SMs idle.
+    otherwise value tiles of ~4K elements, halved while the grid would leave SMs idle.
     """
     BK = triton.next_power_of_2(K)
-    if spec.read_format in ("fp8", "fp4") and spec.layout == "kv":
-        BV = max(16, triton.next_power_of_2(V))
+    whole_rows = spec.read_format in ("fp8", "fp4")
+    if whole_rows and spec.layout == "kv":
+        BV = triton.next_power_of_2(V)
     else:
-        BV = block_v or max(16, min(triton.next_power_of_2(V), 8192 // BK))
-        while not block_v and BV > 16 and rows * Hv * triton.cdiv(V, BV) < _MIN_PROGRAMS:
+        BV = block_v or min(triton.next_power_of_2(V), max(16, 4096 // BK))
+        while not block_v and BV > 16 and rows * Hv * triton.cdiv(V, BV) < 2048:
             BV //= 2
-    BL = triton.next_power_of_2(spec.window)
-    # H200 sweep (BENCHMARKS.md): 2 warps on [128, 64] fp32 decode tiles beat 4 and 8 by 1.3-2x; whole-row
-    # [128, 128] read-copy tiles want 4 (2 spill, 8 leave too few programs per SM); a verify holds its
-    # T tokens as well and spills at 2 (ptxas -v, sm_90)
-    num_warps = num_warps or (4 if BK * BV >= 16384 or (T > 1 and BK * BV >= 4096) else (2 if BK * BV >= 2048 else 1))
-    return Tiling(BK, BV, BL, triton.next_power_of_2(max(T, 1)), num_warps)
+    if spec.read_format == "fp4":  # e2m1 blocks of 16 along the physical last dim
+        if spec.layout == "kv":
+            BV = max(BV, 16)
+        else:
+            BK = max(BK, 16)
+    # whole-row tiles (128 x 128 for fp8/fp4 read copies on kv states) spill at 8 warps (sm_90, ptxas -v)
+    num_warps = 16 if BK * BV >= 16384 else (8 if BK * BV >= 8192 else (4 if BK * BV >= 1024 else 2))
+    return BK, BV, triton.next_power_of_2(spec.window), num_warps
 
 
 def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[torch.Tensor], out: Optional[torch.Tensor],
-           *, commit: bool, force_flush: bool, materialize: bool, block_v: Optional[int] = None,
-           num_warps: Optional[int] = None) -> None:
-    """Run one replay call (``x`` inputs ``[B, T, ...]``; ``materialize``: ``x`` is None, no tokens): one launch.
+           *, commit: bool, force_flush: bool, materialize: bool, block_v: Optional[int] = None) -> None:
+    """Run one replay call (``x`` inputs ``[B, T, ...]``; ``materialize``: ``x`` is None, no tokens).
 
-    Grid ``(B, Hv, V tiles)``; the last program of each row moves its cursors (NOTE [one launch per call]).
+    Launches the replay kernel over ``(B, Hv, V tiles)`` then ``cursors.finalize_kernel`` over rows.
     ``slots [B]`` (int, -1 = padding) or None (row b is slot b); ``out [B, T, Hv, V]`` contiguous.
     """
     state, ring = buf.state, buf.ring
@@ -480,26 +381,30 @@ def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[t
         beta = ring["k"] if x.beta is None else x.beta.contiguous()
     if B == 0:
         return
-    fp64 = state.dtype == torch.float64
-    tile = tiling(spec, K, V, B, Hv, T, block_v, num_warps)
+    cd = torch.float64 if state.dtype == torch.float64 else torch.float32
+    BK, BV, BL, num_warps = tiling(spec, K, V, B, Hv, block_v)
     read = buf.read or {}
     dummy = ring["k"]
     sr_mant, sr_emin = SR_FORMATS.get(str(state.dtype).removeprefix("torch."), (0, 0))
     stride_sk, stride_sv = ((state.stride(2), state.stride(3)) if spec.layout == "kv"
                             else (state.stride(3), state.stride(2)))
-    replay_kernel[(B, Hv, triton.cdiv(V, tile.BV))](
-        state, q, k, v, log_a, beta, dummy if out is None else out, dummy if slots is None else slots,
+    flags = dict(T=T, L=spec.window, COMMIT=commit, FORCE=force_flush, MATERIALIZE=materialize,
+                 HAS_SLOTS=slots is not None, DECAY=_DECAY_CODE[spec.decay], RAW=spec.raw)
+    slot_arg = dummy if slots is None else slots
+    replay_kernel[(B, Hv, triton.cdiv(V, BV))](
+        state, q, k, v, log_a, beta, dummy if out is None else out, slot_arg,
         ring["k"], ring["u"], ring.get("log_a", dummy), ring.get("v", dummy), ring.get("beta", dummy),
         read.get("data", dummy), read.get("row_scale", dummy), read.get("block_scale", dummy),
-        buf.count, buf.flushes, buf.nonfinite.view(torch.uint8), buf.arrivals, spec.seed,
+        buf.count, buf.flushes, buf.nonfinite.view(torch.uint8), spec.seed,
         state.stride(0), state.stride(1), stride_sk, stride_sv,
-        T=T, L=spec.window, BL=tile.BL, BTK=tile.BTK, HV=Hv, GROUP=Hv // spec.k_heads, K=K, V=V, BK=tile.BK,
-        BV=tile.BV, BHV=triton.next_power_of_2(Hv), BHK=triton.next_power_of_2(spec.k_heads),
-        DECAY=_DECAY_CODE[spec.decay], DELTA=spec.delta, RAW=spec.raw, READ=READ_CODES[spec.read_format],
-        LAYOUT_KV=spec.layout == "kv", COMMIT=commit, FORCE=force_flush, MATERIALIZE=materialize,
-        HAS_SLOTS=slots is not None, SR=spec.stochastic_rounding, SR_MANT=sr_mant, SR_EMIN=sr_emin,
-        CD=tl.float64 if fp64 else tl.float32,
-        num_warps=tile.num_warps)
+        BL=BL, HV=Hv, GROUP=Hv // spec.k_heads, K=K, V=V, BK=BK, BV=BV, DELTA=spec.delta,
+        READ=READ_CODES[spec.read_format], LAYOUT_KV=spec.layout == "kv", SR=spec.stochastic_rounding,
+        SR_MANT=sr_mant, SR_EMIN=sr_emin, CD=tl.float64 if cd == torch.float64 else tl.float32,
+        num_warps=num_warps, **flags)
+    finalize_kernel[(B,)](
+        k, log_a, beta, slot_arg, ring["k"], ring.get("log_a", dummy), ring.get("beta", dummy),
+        buf.count, buf.flushes, HV=Hv, HK=spec.k_heads, K=K, BHV=triton.next_power_of_2(Hv),
+        BHK=triton.next_power_of_2(spec.k_heads), BK=triton.next_power_of_2(K), num_warps=4, **flags)
 
 
 def commit(count: torch.Tensor, n_accepted: torch.Tensor, slots: Optional[torch.Tensor], window: int) -> None:
