@@ -12,7 +12,7 @@ import torch
 
 import replay_compile
 from replay_compile import get_family
-from replay_compile.ops import registry, scoped_registry
+from replay_compile.ops import registry
 from replay_compile.testing import rel_rms
 
 FAST = dict(inductor=False)
@@ -20,11 +20,8 @@ SHAPE = dict(batch=2, heads=4, head_k=5, head_v=3, k_heads=2)
 
 
 @pytest.fixture(autouse=True)
-def _fresh():
-    torch._dynamo.reset()
-    replay_compile.reset_counters()
-    with scoped_registry():
-        yield
+def _fresh(fresh_compiler):
+    yield
 
 
 class Layer(torch.nn.Module):

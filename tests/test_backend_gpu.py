@@ -36,12 +36,8 @@ CHECK_EVERY = 50
 
 
 @pytest.fixture(autouse=True)
-def _fresh():
-    torch._dynamo.reset()
-    replay_compile.reset_counters()
-    with scoped_registry():
-        yield
-    torch._dynamo.reset()
+def _fresh(fresh_compiler):
+    yield
 
 
 # ----------------------------------------------------------------------------------- helpers

@@ -11,7 +11,7 @@ import torch
 
 import replay_compile
 from replay_compile import ReplayError, ReplayState
-from replay_compile.ops import registry, scoped_registry
+from replay_compile.ops import registry
 from replay_compile.testing import rel_rms
 
 FAST = dict(inductor=False)
@@ -19,11 +19,8 @@ B, H, HK, K, V = 3, 4, 2, 5, 3
 
 
 @pytest.fixture(autouse=True)
-def _fresh():
-    torch._dynamo.reset()
-    replay_compile.reset_counters()
-    with scoped_registry():
-        yield
+def _fresh(fresh_compiler):
+    yield
 
 
 def inplace_step(S, q, k, v, g):

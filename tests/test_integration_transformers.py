@@ -26,12 +26,8 @@ FAST = ("qwen3_5", "mamba2")  # one GDN hybrid (with attention) and one Mamba-2 
 
 
 @pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny tensors: a second intra-op thread only adds synchronisation (100x slower on a busy 2-core box)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+def _one_thread(one_thread):
     yield
-    torch.set_num_threads(threads)
 
 
 def _cache_kw(model, cache):

@@ -12,12 +12,8 @@ from speculative_decoding import greedy, speculative  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny tensors: a second intra-op thread only adds synchronisation (much slower on a busy 2-core box)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+def _one_thread(one_thread):
     yield
-    torch.set_num_threads(threads)
 
 
 class NoisyOracleDrafter:

@@ -153,7 +153,6 @@ def test_snapshot_verify_and_commit(name, layout):
 
 
 def test_snapshot_padding_rows_touch_nothing():
-    fam = get_family("gated_deltanet")
     B, T = 2, 2
     xs, s0 = _draw("gated_deltanet", B, 2, 4, 3, 2, "kv", tokens=T)
     table = torch.tensor([[0, 1, 2], [-1, 4, 5]], dtype=torch.int32, device=DEVICE)

@@ -32,7 +32,6 @@ import torch
 pytest.importorskip("transformers")
 
 import replay_compile  # noqa: E402
-from replay_compile.ops import scoped_registry  # noqa: E402
 from replay_compile.testing import rel_rms  # noqa: E402
 from tiny import FAMILIES, continue_greedy, greedy, prompts, recurrent_states, tiny_model  # noqa: E402
 
@@ -76,12 +75,8 @@ def matrix(batches, dtypes):
 
 
 @pytest.fixture(autouse=True)
-def _fresh():
-    torch._dynamo.reset()
-    replay_compile.reset_counters()
-    with scoped_registry():
-        yield
-    torch._dynamo.reset()
+def _fresh(fresh_compiler):
+    yield
 
 
 # ------------------------------------------------------------------------------------------ runs
