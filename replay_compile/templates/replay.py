@@ -362,7 +362,8 @@ def tiling(spec: ReplaySpec, K: int, V: int, rows: int, Hv: int, block_v: Option
 
 
 def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[torch.Tensor], out: Optional[torch.Tensor],
-           *, commit: bool, force_flush: bool, materialize: bool, block_v: Optional[int] = None) -> None:
+           *, commit: bool, force_flush: bool, materialize: bool, block_v: Optional[int] = None,
+           num_warps: Optional[int] = None) -> None:
     """Run one replay call (``x`` inputs ``[B, T, ...]``; ``materialize``: ``x`` is None, no tokens).
 
     Launches the replay kernel over ``(B, Hv, V tiles)`` then ``cursors.finalize_kernel`` over rows.
@@ -382,7 +383,8 @@ def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[t
     if B == 0:
         return
     cd = torch.float64 if state.dtype == torch.float64 else torch.float32
-    BK, BV, BL, num_warps = tiling(spec, K, V, B, Hv, block_v)
+    BK, BV, BL, default_warps = tiling(spec, K, V, B, Hv, block_v)
+    num_warps = num_warps or default_warps
     read = buf.read or {}
     dummy = ring["k"]
     sr_mant, sr_emin = SR_FORMATS.get(str(state.dtype).removeprefix("torch."), (0, 0))
