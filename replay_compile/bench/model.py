@@ -80,7 +80,9 @@ SPECS = {
         ("linear_attention", "mixer"),
         real=dict(_common(4096, 4), layers_block_type=["mamba", "mlp", "mamba", "attention"],
                   mamba_num_heads=128, mamba_head_dim=64, ssm_state_size=128, n_groups=8, conv_kernel=4,
-                  chunk_size=128, num_attention_heads=32, num_key_value_heads=2, head_dim=128,
+                  # prefill only (decode is the recurrent step): transformers' torch chunk scan builds a
+                  # [B, chunks, chunk, chunk, heads, state] product, 256 GiB at batch 256 with chunks of 128
+                  chunk_size=8, num_attention_heads=32, num_key_value_heads=2, head_dim=128,
                   intermediate_size=MLP_WIDTH, use_mamba_kernels=False),
         smoke=dict(_common(32, 4), vocab_size=64, layers_block_type=["mamba", "mlp", "mamba", "attention"],
                    mamba_num_heads=4, mamba_head_dim=6, ssm_state_size=10, n_groups=2, conv_kernel=4, chunk_size=8,
