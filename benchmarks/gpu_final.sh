@@ -2,6 +2,9 @@
 # One H200 call that checks the kernels and records every benchmark (device time is scarce: each part
 # has a time limit and writes under $OUT as it goes). Usage: bash benchmarks/gpu_final.sh <commit>
 # Carry the fla-core wheel (.whl/fla_core-*.whl) for the fla column. ~8.5 min in all.
+# Lesson of 2026-12-02 (second session): on a fresh machine Triton and Inductor compiles fill these slots
+# (pytest_kernels needed > 80 s, bench kernels with fla > 120 s for 2 rows); give each issue its own call
+# (benchmarks/gpu/{compiler,models,spec}.sh, benchmarks/gpu/lead_tune.sh) when device time allows.
 set -u
 export PYTHONUNBUFFERED=1 REPLAYSSM_COMMIT=${1:-unknown}
 python3 -m pip install --no-build-isolation --no-deps -e . -q 2>&1 | grep -v WARN | tail -2
