@@ -1,0 +1,112 @@
+"""Registers, spills and shared memory of the replay kernel on sm_90, compiled on a machine without a GPU.
+
+Device time is scarce; ``ptxas -v`` is not. This builds a ``ReplayState`` on the CPU for a real layer
+shape, intercepts the replay kernel's launch (nothing runs), compiles the kernel for sm_90a with the
+specialisation Triton's JIT would apply on the GPU (pointers 16-byte aligned, integers equal to 1 folded,
+multiples of 16 marked), runs Triton's bundled ``ptxas -v`` and prints what it reports:
+
+    python benchmarks/sm90_report.py nemotron3-super-mamba2,none,1,16 qwen3.5-122b-gdn,fp8,8,24 --batch 256
+
+Each case is ``shape,read,T,L`` (shapes of ``replayssm bench kernels``). Figures are the compiler's, not
+timings: on 2026-12-02 a kernel with no spills still ran at half of bandwidth (BENCHMARKS.md).
+"""
+from __future__ import annotations
+
+import argparse
+import inspect
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+os.environ.pop("TRITON_INTERPRET", None)
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+
+from replay_compile.bench.kernels import SHAPES, draw_inputs, draw_state  # noqa: E402
+from replay_compile.families import get_family  # noqa: E402
+from replay_compile.runtime import ReplayState, triton_impl  # noqa: E402
+from replay_compile.templates import replay  # noqa: E402
+
+_TYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16", torch.int32: "i32",
+          torch.int64: "i64", torch.uint8: "u8", torch.float64: "fp64", torch.float8_e4m3fn: "fp8e4nv"}
+
+
+class _Capture:
+    """Stands in for a JIT function: ``kernel[grid](*args, **kwargs)`` records the call."""
+
+    def __init__(self, fn):
+        self.fn, self.calls = fn, []
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.calls.append((args, kwargs))
+
+
+def _source(fn, args, kwargs):
+    """``(ASTSource, num_warps)`` of one recorded call, specialised as the JIT would on a GPU."""
+    kwargs = dict(kwargs)
+    num_warps = kwargs.pop("num_warps", 4)
+    names = list(inspect.signature(fn.fn).parameters)
+    values = dict(zip(names, args), **kwargs)
+    signature, constants, attrs = {}, {}, {}
+    for i, name in enumerate(names):
+        value = values[name]
+        if isinstance(value, torch.Tensor):
+            signature[name], attrs[(i,)] = "*" + _TYPES[value.dtype], [["tt.divisibility", 16]]
+        elif name in kwargs or value is None or isinstance(value, (bool, str)) or value == 1:
+            signature[name], constants[name] = "constexpr", value
+        else:
+            signature[name] = "i64" if abs(value) >= 2 ** 31 else "i32"
+            if value % 16 == 0:
+                attrs[(i,)] = [["tt.divisibility", 16]]
+    return ASTSource(fn=fn, signature=signature, constexprs=constants, attrs=attrs), num_warps
+
+
+def report(fn, args, kwargs) -> str:
+    src, num_warps = _source(fn, args, kwargs)
+    kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=num_warps))
+    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+    with tempfile.TemporaryDirectory() as d:
+        ptx = os.path.join(d, "k.ptx")
+        with open(ptx, "w") as f:
+            f.write(kernel.asm["ptx"])
+        log = subprocess.run([ptxas, "-arch=sm_90a", "-v", ptx, "-o", os.path.join(d, "k.cubin")],
+                             capture_output=True, text=True).stderr
+    regs = re.search(r"Used (\d+) registers", log)
+    spills = re.search(r"(\d+) bytes spill stores", log)
+    return (f"{num_warps} warps, {regs.group(1) if regs else '?'} registers, {spills.group(1) if spills else '?'} "
+            f"bytes spilled, {kernel.metadata.shared} bytes shared memory")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("cases", nargs="+", help="shape,read,T,L (read: none, bf16, fp8, fp4)")
+    p.add_argument("--batch", type=int, default=256, help="rows (sets the tiling; default 256)")
+    args = p.parse_args(argv)
+    capture = _Capture(replay.replay_kernel)
+    replay.replay_kernel = capture
+    for case in args.cases:
+        name, read, T, L = case.split(",")
+        shape, T, L = SHAPES[name], int(T), int(L)
+        rs = ReplayState(draw_state(shape, args.batch, "cpu", seed=1), get_family(shape.family), L,
+                         layout=shape.layout, k_heads=shape.k_heads, read_dtype=None if read == "none" else read,
+                         validate=False, kernels="triton")
+        out = torch.empty(args.batch, T, rs.num_heads, rs.head_v)
+        x = draw_inputs(shape, args.batch, T, "cpu", seed=1)
+        for commit in (True, False):
+            try:  # the launcher may reach the cursor kernel after the capture: only the capture matters
+                triton_impl.advance_into(rs, x, None, out, commit=commit, force_flush=False)
+            except Exception:  # noqa: BLE001
+                pass
+        for (a, kw), commit in zip(capture.calls, ("commit", "no commit")):
+            print(f"{case} ({commit}): {report(capture.fn, a, kw)}", flush=True)
+        capture.calls.clear()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
