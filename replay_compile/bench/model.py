@@ -125,6 +125,22 @@ REAL = dict(context=1024, prefill_chunk=64, steps=32, repeats=3, window=16)
 LIBRARY_KERNELS = ("fla", "mamba_ssm", "causal_conv1d")
 
 
+@contextlib.contextmanager
+def hidden_packages(names):
+    """Make ``import name`` fail inside the block (``sys.modules[name] = None``), restore afterwards."""
+    missing = object()
+    saved = {name: sys.modules.get(name, missing) for name in names}
+    sys.modules.update(dict.fromkeys(names, None))
+    try:
+        yield
+    finally:
+        for name, module in saved.items():
+            if module is missing:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = module
+
+
 def bind_torch_paths(specs) -> bool:
     """Import the models' modeling modules with the kernel packages hidden; False if already imported.
 
@@ -136,18 +152,9 @@ def bind_torch_paths(specs) -> bool:
     modules = [f"transformers.models.{spec.modeling}" for spec in specs]
     if any(name in sys.modules for name in modules):
         return False
-    missing = object()
-    saved = {name: sys.modules.get(name, missing) for name in LIBRARY_KERNELS}
-    sys.modules.update(dict.fromkeys(LIBRARY_KERNELS, None))  # `import fla` now fails
-    try:
+    with hidden_packages(LIBRARY_KERNELS):  # `import fla` now fails
         for name in modules:
             importlib.import_module(name)
-    finally:
-        for name, module in saved.items():
-            if module is missing:
-                sys.modules.pop(name, None)
-            else:
-                sys.modules[name] = module
     return True
 
 

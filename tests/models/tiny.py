@@ -16,12 +16,13 @@ MiniMax has no dense option, so its tiny model keeps a 4-expert MoE.
 Requires transformers 5.x (written against 5.17.0).
 """
 
-import contextlib
 import importlib
 import sys
 
 import torch
 import transformers
+
+from replay_compile.bench.model import LIBRARY_KERNELS, hidden_packages
 
 VOCAB = 96
 PAD_ID, BOS_ID, EOS_ID = 0, 1, 2
@@ -189,25 +190,7 @@ BUILDERS = {
 }
 FAMILIES = tuple(BUILDERS)
 
-# Packages whose fused kernels transformers prefers over the models' torch code when importable.
-LIBRARY_KERNELS = ("fla", "mamba_ssm", "causal_conv1d")
 MODELING_MODULES = [f"transformers.models.{f}.modeling_{f}" for f in FAMILIES]
-
-
-@contextlib.contextmanager
-def hidden_packages(names):
-    """Make ``import name`` fail inside the block (``sys.modules[name] = None``), restore afterwards."""
-    missing = object()
-    saved = {name: sys.modules.get(name, missing) for name in names}
-    sys.modules.update(dict.fromkeys(names, None))
-    try:
-        yield
-    finally:
-        for name, module in saved.items():
-            if module is missing:
-                sys.modules.pop(name, None)
-            else:
-                sys.modules[name] = module
 
 
 def _bind_torch_paths():
