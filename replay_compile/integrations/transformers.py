@@ -115,12 +115,7 @@ def _delta_rule(route: "_LayerRoute", a: dict):
     if a["use_qk_l2norm_in_kernel"]:
         q, k = route.l2norm(q, dim=-1, eps=1e-6), route.l2norm(k, dim=-1, eps=1e-6)
     x = Canonical(q * q.shape[-1] ** -0.5, k, a["value"].to(cd), a["g"].to(cd), a["beta"].to(cd))
-    if state is None:  # float64 prefill: the float64 reference scan
-        B, _, H, K = k.shape
-        state = torch.zeros(B, H, K, x.v.shape[-1], dtype=cd, device=k.device)
-        o, state = route.family.scan(state, x, layout=route.layout)
-    else:
-        o = route.run(state, x)
+    o, state = route.scan_or_run(state, x)
     return o.to(query.dtype), (state if a["output_final_state"] else None)
 
 
@@ -172,12 +167,7 @@ def _mamba2_scan(route: "_LayerRoute", a: dict):
     if state is None and cd != torch.float64:
         return None  # prefill: transformers' own function
     xs = _mamba2_canonical(x, a["dt"], a["A"], a["dt_bias"], a["B"], a["C"], a["dt_softplus"], cd)
-    if state is None:  # float64 prefill: the float64 reference scan
-        B, _, H, P = x.shape
-        state = torch.zeros(B, H, P, xs.k.shape[-1], dtype=cd, device=x.device)
-        o, state = route.family.scan(state, xs, layout=route.layout)
-    else:
-        o = route.run(state, xs)
+    o, state = route.scan_or_run(state, xs)
     if a["D"] is not None:
         o = o + a["D"].to(cd)[:, None] * x.to(cd)
     return (o, state) if a["return_final_states"] else o
@@ -240,6 +230,17 @@ class _LayerRoute:
     def run(self, state: torch.Tensor, x: Canonical) -> torch.Tensor:
         self.integration._states[id(state)] = state
         return self.integration.runner.advance(state, x, family=self.family, layout=self.layout)
+
+    def scan_or_run(self, state: Optional[torch.Tensor], x: Canonical) -> tuple:
+        """``(o, state)``: the replay call on ``state``, or for a float64 prefill (``state`` None) the float64
+        reference scan from a zero state of this layer's layout."""
+        if state is not None:
+            return self.run(state, x), state
+        B, _, H, V = x.v.shape
+        K = x.k.shape[-1]
+        dims = (K, V) if self.layout == "kv" else (V, K)
+        state = torch.zeros(B, H, *dims, dtype=x.v.dtype, device=x.v.device)
+        return self.family.scan(state, x, layout=self.layout)
 
 
 def _router(target: _Target, name: str, original: Callable, adapter: Callable) -> Callable:
