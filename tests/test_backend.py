@@ -38,12 +38,17 @@ class Layer(torch.nn.Module):
         return y
 
 
-def _decode_vs_eager(make_layer, draw, steps, options, tol):
-    compiled_layer, eager_layer = make_layer(), make_layer()
+def _decode_vs_eager(name, layout, seed, steps, options):
+    """``(worst output rel-RMS, final state rel-RMS, compiled layer)`` of ``steps`` random decode steps of a
+    ``Layer`` of family ``name`` compiled with ``replayssm`` against the same layer run eagerly."""
+    fam = get_family(name)
+    g = torch.Generator().manual_seed(seed)
+    _, state = fam.make_inputs(**SHAPE, dtype=torch.float32, generator=g, layout=layout)
+    compiled_layer, eager_layer = Layer(fam, layout, state), Layer(fam, layout, state)
     step = torch.compile(compiled_layer, backend="replayssm", options=options)
     worst = 0.0
     for _ in range(steps):
-        native = draw()
+        native = fam.make_inputs(**SHAPE, dtype=torch.float32, generator=g, layout=layout)[0]
         worst = max(worst, rel_rms(step(native), eager_layer(native)))
     replay_compile.materialize(compiled_layer)
     return worst, rel_rms(compiled_layer.state, eager_layer.state), compiled_layer
@@ -53,11 +58,8 @@ def _decode_vs_eager(make_layer, draw, steps, options, tol):
 @pytest.mark.parametrize("name", ["simple_gla", "gla", "deltanet", "gated_deltanet", "kda", "mamba2"])
 def test_families_in_place_buffer_match_eager(name, layout):
     fam = get_family(name)
-    g = torch.Generator().manual_seed(hash((name, layout)) % 2**31)
-    _, state = fam.make_inputs(**SHAPE, dtype=torch.float32, generator=g, layout=layout)
-    draw = lambda: fam.make_inputs(**SHAPE, dtype=torch.float32, generator=g, layout=layout)[0]  # noqa: E731
-    worst, state_err, layer = _decode_vs_eager(lambda: Layer(fam, layout, state), draw, steps=30,
-                                               options=dict(FAST, window=4), tol=1e-5)
+    worst, state_err, layer = _decode_vs_eager(name, layout, hash((name, layout)) % 2**31, steps=30,
+                                               options=dict(FAST, window=4))
     assert worst <= 1e-5 and state_err <= 1e-5, (worst, state_err)
     assert replay_compile.counters["sites_rewritten"] == 1
     rewritten = [k for k in replay_compile.counters if k.startswith("rewrite:")]
@@ -257,12 +259,7 @@ def test_other_graph_sees_exact_state_and_reload_after_write(inductor):
 
 
 def test_inductor_compiles_the_rest():
-    fam = get_family("gated_deltanet")
-    g = torch.Generator().manual_seed(7)
-    _, state = fam.make_inputs(**SHAPE, dtype=torch.float32, generator=g, layout="kv")
-    draw = lambda: fam.make_inputs(**SHAPE, dtype=torch.float32, generator=g, layout="kv")[0]  # noqa: E731
-    worst, state_err, _ = _decode_vs_eager(lambda: Layer(fam, "kv", state), draw, steps=10,
-                                           options=dict(window=4), tol=1e-5)
+    worst, state_err, _ = _decode_vs_eager("gated_deltanet", "kv", 7, steps=10, options=dict(window=4))
     assert worst <= 1e-5 and state_err <= 1e-5
     assert replay_compile.counters["rewrite:gated_deltanet"] == 1
 
@@ -407,12 +404,8 @@ def test_validation_rejects_a_site_whose_decay_is_not_positive_and_keeps_the_oth
 
 def test_triton_kernels_through_the_op():
     """The op with ``kernels="triton"`` (the Triton interpreter on the CPU, the GPU kernels on CUDA)."""
-    fam = get_family("gated_deltanet")
-    g = torch.Generator().manual_seed(13)
-    _, state = fam.make_inputs(**SHAPE, dtype=torch.float32, generator=g, layout="vk")
-    draw = lambda: fam.make_inputs(**SHAPE, dtype=torch.float32, generator=g, layout="vk")[0]  # noqa: E731
-    worst, state_err, _ = _decode_vs_eager(lambda: Layer(fam, "vk", state), draw, steps=6,
-                                           options=dict(FAST, window=3, kernels="triton"), tol=1e-5)
+    worst, state_err, _ = _decode_vs_eager("gated_deltanet", "vk", 13, steps=6,
+                                           options=dict(FAST, window=3, kernels="triton"))
     assert worst <= 1e-5 and state_err <= 1e-5
     assert replay_compile.counters["rewrite:gated_deltanet"] == 1
 
