@@ -38,43 +38,36 @@ from .cursors import commit_kernel, finalize_kernel, load_row, row_phase
 from .readcopy import READ_CODES, load_read_tile, store_read_tile
 from .sround import SR_FORMATS, slot_seed, stochastic_round
 
-
-@triton.jit
-def _gather(ring_row, x_row, stride, j, n_ring, n_new, cols, col_mask, CD: tl.constexpr):
-    """``[BL, BC]`` records at window positions ``j``: ring for ``j < n_ring``, then ``n_new`` tokens, 0 beyond.
-
-    Ring records ``[N, L, ...]`` and inputs ``[B, T, ...]`` share their per-position ``stride``.
-    """
-    in_ring = (j < n_ring)[:, None] & col_mask[None, :]
-    in_new = ((j >= n_ring) & (j < n_ring + n_new))[:, None] & col_mask[None, :]
-    r = tl.load(ring_row + j[:, None] * stride + cols[None, :], mask=in_ring, other=0.0)
-    x = tl.load(x_row + (j - n_ring)[:, None] * stride + cols[None, :], mask=in_new, other=0.0)
-    return tl.where(in_ring, r.to(CD), x.to(CD))
+# records a flush fold loads per loop iteration (registers vs. memory round trips; sm90_report.py)
+FOLD_UNROLL = tl.constexpr(4)
 
 
 @triton.jit
-def _gather1(ring_row, x_row, stride, j, n_ring, n_new, CD: tl.constexpr):
-    """``[BL]`` scalar records (per-head log-decay or beta), as :func:`_gather`."""
-    in_ring = j < n_ring
-    in_new = (j >= n_ring) & (j < n_ring + n_new)
-    r = tl.load(ring_row + j * stride, mask=in_ring, other=0.0)
-    x = tl.load(x_row + (j - n_ring) * stride, mask=in_new, other=0.0)
-    return tl.where(in_ring, r.to(CD), x.to(CD))
+def _ring(ring_row, stride, j, n, cols, col_mask, L: tl.constexpr, CD: tl.constexpr):
+    """``[BL, BC]`` ring records at positions ``j``; rows at ``j >= n`` are 0 (NOTE [loads before cursors])."""
+    r = tl.load(ring_row + j[:, None] * stride + cols[None, :], mask=(j < L)[:, None] & col_mask[None, :], other=0.0)
+    return tl.where((j < n)[:, None], r.to(CD), 0.0)
 
 
 @triton.jit
-def _decayed_keys(KW, LA, LA_NEXT, j, p, DECAY: tl.constexpr):
-    """``(G, KWp)``: total decay up to position ``p`` and keys weighted by their decay to ``p`` (0 after ``p``)."""
-    live = (j <= p)[:, None]
-    KWp = tl.where(live, KW, 0.0)
+def _ring1(ring_row, stride, j, n, L: tl.constexpr, CD: tl.constexpr):
+    """``[BL]`` scalar ring records (per-head log-decay), as :func:`_ring`."""
+    r = tl.load(ring_row + j * stride, mask=j < L, other=0.0)
+    return tl.where(j < n, r.to(CD), 0.0)
+
+
+@triton.jit
+def _committed_weights(KW, LA, LA_NEXT, j, n, DECAY: tl.constexpr):
+    """``(G, KWn)`` of the ``n`` committed records: their total decay and keys decayed to position ``n - 1``."""
+    KWn = KW
     G = 1.0
     if DECAY == 1:
-        G = tl.exp(tl.sum(tl.where(j <= p, LA, 0.0), 0))
-        KWp = KWp * tl.exp(tl.cumsum(tl.where(j + 1 <= p, LA_NEXT, 0.0), 0, reverse=True))[:, None]
+        G = tl.exp(tl.sum(LA, 0))
+        KWn = KW * tl.exp(tl.cumsum(tl.where(j + 1 < n, LA_NEXT, 0.0), 0, reverse=True))[:, None]
     elif DECAY == 2:
-        G = tl.exp(tl.sum(tl.where(live, LA, 0.0), 0))
-        KWp = KWp * tl.exp(tl.cumsum(tl.where((j + 1 <= p)[:, None], LA_NEXT, 0.0), 0, reverse=True))
-    return G, KWp
+        G = tl.exp(tl.sum(LA, 0))
+        KWn = KW * tl.exp(tl.cumsum(tl.where((j + 1 < n)[:, None], LA_NEXT, 0.0), 0, reverse=True))
+    return G, KWn
 
 
 @triton.jit
@@ -82,6 +75,26 @@ def _read(base, G, KWp, Up, x):
     """``S_p^T x`` ``[BV]`` for ``x [BK]``: ``base^T (G * x) + sum_i ((w_i * k_i) . x) u_i``."""
     c = tl.sum(KWp * x[None, :], 1)
     return tl.sum(base * (x * G)[:, None], 0) + tl.sum(c[:, None] * Up, 0)
+
+
+@triton.jit
+def _record(ring_row, x_row, stride, i, n_ring, n_total, offs, mask, CD: tl.constexpr):
+    """Record ``i`` of a window: ring position ``i`` below ``n_ring``, input token ``i - n_ring`` below ``n_total``, else 0."""
+    ring = i < n_ring
+    new = (i >= n_ring) & (i < n_total)
+    r = tl.load(ring_row + i * stride + offs, mask=mask & ring, other=0.0)
+    x = tl.load(x_row + (i - n_ring) * stride + offs, mask=mask & new, other=0.0)
+    return tl.where(ring, r.to(CD), x.to(CD))
+
+
+@triton.jit
+def _decayed(S, rla, xla, i, n_ring, n_total, LS: tl.constexpr, offs_k, mask_k, DECAY: tl.constexpr, CD: tl.constexpr):
+    """``a_i * S``: the ``[BK, BV]`` tile times record ``i``'s decay (a scalar or one per key channel)."""
+    if DECAY == 1:
+        S = S * tl.exp(_record(rla, xla, LS, i, n_ring, n_total, 0, True, CD))
+    elif DECAY == 2:
+        S = S * tl.exp(_record(rla, xla, LS, i, n_ring, n_total, offs_k, mask_k, CD))[:, None]
+    return S
 
 
 @triton.jit
@@ -93,23 +106,15 @@ def _fold(S, rk, rla, ru, xk, xla, n_ring, n_total, offs_k, mask_k, offs_v, mask
     corrected updates ``u`` all come from the ring (this program wrote the new ones: see the barrier
     before a fold). Only flushing rows run it, so it re-reads records instead of holding the window in
     registers, which keeps the non-flush path's register budget (and occupancy) for the state tile.
+    The loop is unrolled by ``FOLD_UNROLL`` so that many records' loads are in flight at once (one
+    memory round trip per record made a flushing program ~10x slower than the others).
     """
-    for i in range(0, L):
-        ring = i < n_ring
-        new = (i >= n_ring) & (i < n_total)
-        t = i - n_ring
-        k_i = tl.where(ring, tl.load(rk + i * KS + offs_k, mask=mask_k & ring, other=0.0).to(CD),
-                       tl.load(xk + t * KS + offs_k, mask=mask_k & new, other=0.0).to(CD))
-        u_i = tl.load(ru + i * US + offs_v, mask=mask_v & (ring | new), other=0.0).to(CD)
-        S_i = S
-        if DECAY == 1:
-            S_i = S * tl.exp(tl.where(ring, tl.load(rla + i * LS, mask=ring, other=0.0).to(CD),
-                                      tl.load(xla + t * LS, mask=new, other=0.0).to(CD)))
-        elif DECAY == 2:
-            g = tl.where(ring, tl.load(rla + i * LS + offs_k, mask=mask_k & ring, other=0.0).to(CD),
-                         tl.load(xla + t * LS + offs_k, mask=mask_k & new, other=0.0).to(CD))
-            S_i = S * tl.exp(g)[:, None]
-        S = tl.where(ring | new, S_i + k_i[:, None] * u_i[None, :], S)
+    for i in tl.range(0, L, loop_unroll_factor=FOLD_UNROLL):
+        live = i < n_total
+        k_i = _record(rk, xk, KS, i, n_ring, n_total, offs_k, mask_k, CD)
+        u_i = tl.load(ru + i * US + offs_v, mask=mask_v & live, other=0.0).to(CD)
+        S = tl.where(live, _decayed(S, rla, xla, i, n_ring, n_total, LS, offs_k, mask_k, DECAY, CD)
+                     + k_i[:, None] * u_i[None, :], S)
     return S
 
 
@@ -122,26 +127,14 @@ def _fold_raw(S, rk, rla, rv, rbeta, xk, xla, xv, xbeta, n_ring, n_new, offs_k, 
     Runs ``L`` predicated iterations (records past ``n_ring + n_new`` leave ``S`` unchanged): the trip
     count stays a compile-time constant (the interpreter cannot loop to a device value).
     """
-    for i in range(0, L):
-        ring = i < n_ring
-        new = (i >= n_ring) & (i < n_ring + n_new)
-        t = i - n_ring
-        k_i = tl.where(ring, tl.load(rk + i * KS + offs_k, mask=mask_k & ring, other=0.0).to(CD),
-                       tl.load(xk + t * KS + offs_k, mask=mask_k & new, other=0.0).to(CD))
-        v_i = tl.where(ring, tl.load(rv + i * US + offs_v, mask=mask_v & ring, other=0.0).to(CD),
-                       tl.load(xv + t * US + offs_v, mask=mask_v & new, other=0.0).to(CD))
-        beta_i = tl.where(ring, tl.load(rbeta + i * BS, mask=ring, other=0.0).to(CD),
-                          tl.load(xbeta + t * BS, mask=new, other=0.0).to(CD))
-        S_i = S
-        if DECAY == 1:
-            S_i = S * tl.exp(tl.where(ring, tl.load(rla + i * LS, mask=ring, other=0.0).to(CD),
-                                      tl.load(xla + t * LS, mask=new, other=0.0).to(CD)))
-        elif DECAY == 2:
-            g = tl.where(ring, tl.load(rla + i * LS + offs_k, mask=mask_k & ring, other=0.0).to(CD),
-                         tl.load(xla + t * LS + offs_k, mask=mask_k & new, other=0.0).to(CD))
-            S_i = S * tl.exp(g)[:, None]
+    n_total = n_ring + n_new
+    for i in tl.range(0, L, loop_unroll_factor=FOLD_UNROLL):
+        k_i = _record(rk, xk, KS, i, n_ring, n_total, offs_k, mask_k, CD)
+        v_i = _record(rv, xv, US, i, n_ring, n_total, offs_v, mask_v, CD)
+        beta_i = _record(rbeta, xbeta, BS, i, n_ring, n_total, 0, True, CD)
+        S_i = _decayed(S, rla, xla, i, n_ring, n_total, LS, offs_k, mask_k, DECAY, CD)
         u = beta_i * (v_i - tl.sum(S_i * k_i[:, None], 0))
-        S = tl.where(ring | new, S_i + k_i[:, None] * u[None, :], S)
+        S = tl.where(i < n_total, S_i + k_i[:, None] * u[None, :], S)
     return S
 
 
@@ -221,10 +214,15 @@ def replay_kernel(
     xbeta = beta + b * T * HV + h
     cols_v = tl.arange(0, BV)
 
+    # NOTE [loads before cursors]: the tile and the ring's committed window are loaded at addresses that do
+    # not depend on the row's count, so they are in flight together with the cursor load; the count only
+    # masks registers. Flush rows, 1/L of them, load the exact checkpoint after the count arrives.
     if READ > 0:
+        approx = load_read_tile(read_data, read_row_scale, read_block_scale, head, rows, cols, mask_rc,
+                                True, R, C, BR, BC, READ, LAYOUT_KV, CD)
         exact = tl.load(s_tile, mask=mask_kv & flush, other=0.0).to(CD)
     else:
-        exact = tl.load(s_tile, mask=mask_kv & live, other=0.0).to(CD)
+        exact = tl.load(s_tile, mask=mask_kv, other=0.0).to(CD)
 
     if pre:  # fold the committed records first (their ring positions are about to be reused)
         if RAW:
@@ -235,48 +233,53 @@ def replay_kernel(
     tl.debug_barrier()  # every old record is read before this row's new records overwrite them
 
     if READ > 0:
-        approx = load_read_tile(read_data, read_row_scale, read_block_scale, head, rows, cols, mask_rc,
-                                live & ~flush, R, C, BR, BC, READ, LAYOUT_KV, CD)
         base = tl.where(flush, exact, approx)
     else:
         base = exact
 
-    # the window after this call: committed records below count0, then the T new tokens
-    KW = _gather(rk, xk, KS, j, count0, T, offs_k, mask_k, CD)
+    # the committed window (records below count0), decayed to position count0 - 1; each new token then
+    # decays it once more and joins it (running products: one exp per token, not one per record)
+    KW = _ring(rk, KS, j, count0, offs_k, mask_k, L, CD)
+    U = _ring(ru, US, j, count0, cols_v, mask_v, L, CD)
     LA = KW
     LN = KW
     if DECAY == 1:
-        LA = _gather1(rla, xla, LS, j, count0, T, CD)
-        LN = _gather1(rla, xla, LS, j + 1, count0, T, CD)
+        LA = _ring1(rla, LS, j, count0, L, CD)
+        LN = _ring1(rla, LS, j + 1, count0, L, CD)
     elif DECAY == 2:
-        LA = _gather(rla, xla, LS, j, count0, T, offs_k, mask_k, CD)
-        LN = _gather(rla, xla, LS, j + 1, count0, T, offs_k, mask_k, CD)
-    if DELTA:  # corrected updates of the new tokens are computed below, one token at a time
-        U = _gather(ru, xv, US, j, count0, 0, cols_v, mask_v, CD)
-    else:
-        U = _gather(ru, xv, US, j, count0, T, cols_v, mask_v, CD)
+        LA = _ring(rla, LS, j, count0, offs_k, mask_k, L, CD)
+        LN = _ring(rla, LS, j + 1, count0, offs_k, mask_k, L, CD)
+    G, KWp = _committed_weights(KW, LA, LN, j, count0, DECAY)
 
     bad = live & (c < 0)
-    for t in range(T):
+    for t in tl.static_range(T):
         p = count0 + t
         q_t = tl.load(xq + t * KS + offs_k, mask=mask_k, other=0.0).to(CD)
         k_t = tl.load(xk + t * KS + offs_k, mask=mask_k, other=0.0).to(CD)
         v_t = tl.load(xv + t * US + cols_v, mask=mask_v, other=0.0).to(CD)
         bad = bad | _any_nonfinite(q_t) | _any_nonfinite(k_t) | _any_nonfinite(v_t)
         if DECAY == 1:
-            bad = bad | _nonfinite(tl.load(xla + t * LS))
+            la_t = tl.load(xla + t * LS).to(CD)
+            bad = bad | _nonfinite(la_t)
+            a_t = tl.exp(la_t)
+            G = G * a_t
+            KWp = KWp * a_t
         elif DECAY == 2:
-            bad = bad | _any_nonfinite(tl.load(xla + t * LS + offs_k, mask=mask_k, other=0.0))
-        G, KWp = _decayed_keys(KW, LA, LN, j, p, DECAY)
+            la_t = tl.load(xla + t * LS + offs_k, mask=mask_k, other=0.0).to(CD)
+            bad = bad | _any_nonfinite(la_t)
+            a_t = tl.exp(la_t)
+            G = G * a_t
+            KWp = KWp * a_t[None, :]
+        KWp = tl.where((j == p)[:, None], k_t[None, :], KWp)
         u_t = v_t
-        if DELTA:
+        if DELTA:  # U has no row >= p yet: the read is S_{p-1} decayed by a_p
             beta_t = tl.load(xbeta + t * HV).to(CD)
             bad = bad | _nonfinite(beta_t)
-            u_t = beta_t * (v_t - _read(base, G, KWp, tl.where((j < p)[:, None], U, 0.0), k_t))
-            U = tl.where((j == p)[:, None], u_t[None, :], U)
+            u_t = beta_t * (v_t - _read(base, G, KWp, U, k_t))
             if RAW:
                 tl.store(rv + p * US + cols_v, v_t, mask=mask_v & live)
-        o_t = _read(base, G, KWp, tl.where((j <= p)[:, None], U, 0.0), q_t)
+        U = tl.where((j == p)[:, None], u_t[None, :], U)
+        o_t = _read(base, G, KWp, U, q_t)
         tl.store(out + ((b * T + t) * HV + h) * V + offs_v, tl.where(live, o_t, 0.0), mask=mask_v)
         tl.store(ru + p * US + cols_v, u_t, mask=mask_v & live)
     tl.store(nonfinite + slot, tl.full([], 1, tl.uint8), mask=bad & live)
