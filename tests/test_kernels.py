@@ -102,15 +102,15 @@ class Pair:
             assert e <= (1e-6 if self.tri.state.dtype == torch.float32 else 1e-2), f"{what}: checkpoint rel err {e:.2e}"
         if self.tri.read_format is not None:  # the copy is the quantized checkpoint; the interpreter truncates
             # fp32 -> bf16/fp16 casts and rounds fp8 differently, the GPU must match torch exactly
-            fmt, C = self.tri.read_format, self.tri.state.shape[-1]
-            want = fmt.dequantize(fmt.quantize(self.tri.state.float()), C)
+            fmt, C, vk = self.tri.read_format, self.tri.head_k, self.tri.read_view(self.tri.state).float()
+            want = fmt.dequantize(fmt.quantize(vk), C)
             e = rel_rms(fmt.dequantize(self.tri.read, C), want)
             cpu_tol = {"bf16": 1e-2, "fp16": 1e-3, "fp8": 0.1, "fp4": 0.25}[fmt.name]
             # on the GPU a rare element rounds differently (hardware cvt vs torch's software fp8 rounding;
             # seen once: 6e-5 fp8, 5e-8 fp4)
             assert e <= (1e-3 if DEVICE == "cuda" else cpu_tol), f"{what}: read copy {e:.2e}"
             if "row_scale" in self.tri.read:
-                assert torch.equal(self.tri.read["row_scale"], fmt.quantize(self.tri.state.float())["row_scale"]), \
+                assert torch.equal(self.tri.read["row_scale"], fmt.quantize(vk)["row_scale"]), \
                     f"{what}: row scales"
         live = torch.arange(self.tri.window, device=self.dev)[None, :] < self.ref.count[:, None].long()
         for name, buf in self.tri.ring.items():

@@ -131,7 +131,7 @@ def test_memory_report_counts_every_buffer():
     rs = rc.ReplayState(torch.zeros(8, 4, 16, 32), "gated_deltanet", 16, k_heads=2, read_dtype="fp8")
     rep = rs.memory_report()
     assert rep["checkpoint"] == 8 * 4 * 16 * 32 * 4
-    assert rep["read_copy"] == 8 * 4 * 16 * 32 + 8 * 4 * 16 * 4  # fp8 values + one fp32 scale per row
+    assert rep["read_copy"] == 8 * 4 * 16 * 32 + 8 * 4 * 32 * 4  # fp8 values + one fp32 scale per value column
     ring = 8 * 16 * (2 * 16 + 4 * 32 + 4) * 4 + 8 * 16 * (4 * 32 + 4) * 4  # k, u, log_a + raw v, beta
     assert rep["ring"] == ring
     assert rep["total"] == sum(rep[k] for k in ("checkpoint", "read_copy", "ring", "cursors"))

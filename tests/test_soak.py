@@ -29,7 +29,8 @@ def soak(family, steps, batch, n_slots, window, recycle_every, seed, read_dtype=
     rs = rc.ReplayState(state.float().to(DEVICE), fam, window, k_heads=1, read_dtype=read_dtype)
     ptrs = [b.data_ptr() for b in _buffers(rs)]
     poisoned = set()
-    tol = 1e-5 if read_dtype is None else 5e-2
+    # e4m3 keeps 3 mantissa bits (rounding up to 6%): over a few rows of 4 outputs rel-RMS reaches ~5%
+    tol = 1e-5 if read_dtype is None else 8e-2
     mem0 = torch.cuda.memory_allocated() if DEVICE == "cuda" else None
     t, start = 0, time.perf_counter()
     while t < steps and (max_seconds is None or time.perf_counter() - start < max_seconds):

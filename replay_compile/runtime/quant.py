@@ -2,7 +2,8 @@
 
 A read copy is what non-flush steps read instead of the checkpoint; it is re-quantized from the
 fp32 checkpoint at every flush, so its error never feeds back into the recurrence. Blocks run along
-the state's physical last dim (``C``); ``R`` is the second-to-last dim.
+the last dim (``C``); ``R`` is the second-to-last dim. ``ReplayState`` stores its copy value-major
+(``R = V``, ``C = K``: NOTE [read copy orientation] in ``state.py``).
 
 | format | storage per ``[R, C]`` head                      | scales                                       |
 |--------|---------------------------------------------------|----------------------------------------------|

@@ -102,7 +102,7 @@ def _store_checkpoint(rs, slots, S, flush_index):
         stored = phys.to(rs.state.dtype)
     rs.state[slots] = stored
     if rs.read_format is not None:
-        for name, part in rs.read_format.quantize(stored.float()).items():
+        for name, part in rs.read_format.quantize(rs.read_view(stored).float()).items():
             rs.read[name][slots] = part
 
 
@@ -153,8 +153,7 @@ def _advance_rows(rs, x: Canonical, slots: torch.Tensor, *, commit: bool, force_
               for n, t in window.items()}
     post = torch.full_like(pre, force_flush) | (torch.full_like(pre, commit) & (count0 + T == L))
     if rs.read_format is not None:
-        R = kv_view(rs.read_format.dequantize({n: p[slots] for n, p in rs.read.items()}, rs.state.shape[-1]),
-                    rs.layout).to(cd)
+        R = kv_view(rs.read_format.dequantize({n: p[slots] for n, p in rs.read.items()}, rs.head_k), "vk").to(cd)
         base = torch.where((pre | post).view(-1, 1, 1, 1), exact, R)
     else:
         base = exact

@@ -7,7 +7,13 @@ The user's state tensor *is* the checkpoint. Beside it the object owns, per phys
     count     [N] int32   committed records since the checkpoint (device tensor; never read on the host)
     flushes   [N] int64   checkpoint writes so far (also keys stochastic rounding)
     nonfinite [N] bool    a non-finite input reached this slot since its last reset
-    read      optional low-precision read copy of the checkpoint (see ``quant``)
+    read      optional low-precision read copy of the checkpoint (see ``quant``), stored value-major
+              ``[N, Hv, V, K]`` whatever the layout (NOTE [read copy orientation])
+
+# NOTE [read copy orientation]
+A read copy's scales run along its last dim. Stored value-major, every value column of the state has
+its own scales over all K keys, so a kernel program that owns a tile of value columns (the unit every
+family's read reduces over keys for) owns whole scale rows and can re-quantize them at a flush alone.
 
 # NOTE [checkpoint dtype]
 ``checkpoint_dtype`` (bf16/fp16) narrows the checkpoint of a float32 user state: the object then
@@ -134,8 +140,8 @@ class ReplayState:
         self.nonfinite = torch.zeros(N, dtype=torch.bool, device=dev)
         self.read = None
         if self.read_format is not None:
-            self.read = self.read_format.alloc(self.state.shape, dev)
-            for name, part in self.read_format.quantize(self.state.float()).items():
+            self.read = self.read_format.alloc(self.read_view(self.state).shape, dev)
+            for name, part in self.read_format.quantize(self.read_view(self.state).float()).items():
                 self.read[name].copy_(part)
 
     def owned_tensors(self) -> list:
@@ -213,7 +219,7 @@ class ReplayState:
         if self._own_checkpoint is not None:
             self.state[s] = self.user_state[s].to(self.state.dtype)
         if self.read_format is not None:
-            for name, part in self.read_format.quantize(self.state[s].float()).items():
+            for name, part in self.read_format.quantize(self.read_view(self.state[s]).float()).items():
                 self.read[name][s] = part
 
     def reset(self, slots) -> None:
@@ -226,10 +232,15 @@ class ReplayState:
         for buf in (*self.ring.values(), self.count, self.flushes, self.nonfinite):
             buf[s] = 0
         if self.read_format is not None:
-            for name, part in self.read_format.quantize(torch.zeros_like(self.state[s], dtype=torch.float32)).items():
+            zero = torch.zeros_like(self.read_view(self.state[s]), dtype=torch.float32)
+            for name, part in self.read_format.quantize(zero).items():
                 self.read[name][s] = part
 
     # ----------------------------------------------------------------------------------- helpers
+    def read_view(self, t: torch.Tensor) -> torch.Tensor:
+        """``t`` (a state-shaped tensor) in the read copy's value-major orientation ``[..., V, K]``."""
+        return t.transpose(-1, -2) if self.layout == "kv" else t
+
     def _accepted_counts(self, n_accepted, B: int, T: int) -> torch.Tensor:
         """``n_accepted`` as a ``[B]`` device tensor. A Python int becomes a fill kernel, not a host copy,
         so a committing op can run inside a CUDA-graph capture."""

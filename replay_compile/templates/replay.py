@@ -39,7 +39,7 @@ from .readcopy import READ_CODES, load_read_tile, store_read_tile
 from .sround import SR_FORMATS, slot_seed, stochastic_round
 
 # records a flush fold loads per loop iteration (registers vs. memory round trips; sm90_report.py)
-FOLD_UNROLL = tl.constexpr(4)
+FOLD_UNROLL = tl.constexpr(1)
 
 
 @triton.jit
@@ -184,19 +184,6 @@ def replay_kernel(
     j = tl.arange(0, BL)
     head = slot * HV + h
     s_tile = state + slot * stride_sn + h * stride_sh + offs_k[:, None] * stride_sk + offs_v[None, :] * stride_sv
-    if LAYOUT_KV:
-        R: tl.constexpr = K
-        C: tl.constexpr = V
-        BR: tl.constexpr = BK
-        BC: tl.constexpr = BV
-        rows, cols, mask_rc = offs_k, offs_v, mask_kv
-    else:
-        R: tl.constexpr = V
-        C: tl.constexpr = K
-        BR: tl.constexpr = BV
-        BC: tl.constexpr = BK
-        rows, cols, mask_rc = offs_v, offs_k, mask_v[:, None] & mask_k[None, :]
-
     # per-position strides of records (ring and inputs alike)
     KS: tl.constexpr = HK * K
     US: tl.constexpr = HV * V
@@ -217,25 +204,21 @@ def replay_kernel(
     # NOTE [loads before cursors]: the tile and the ring's committed window are loaded at addresses that do
     # not depend on the row's count, so they are in flight together with the cursor load; the count only
     # masks registers. Flush rows, 1/L of them, load the exact checkpoint after the count arrives.
-    if READ > 0:
-        approx = load_read_tile(read_data, read_row_scale, read_block_scale, head, rows, cols, mask_rc,
-                                True, R, C, BR, BC, READ, LAYOUT_KV, CD)
-        exact = tl.load(s_tile, mask=mask_kv & flush, other=0.0).to(CD)
+    if READ > 0:  # one tile live at a time: non-flush rows keep the copy, flush rows swap in the exact tile
+        base = load_read_tile(read_data, read_row_scale, read_block_scale, head, offs_k, offs_v, mask_kv,
+                              True, K, V, BK, BV, READ, CD)
+        if flush:
+            base = tl.load(s_tile, mask=mask_kv, other=0.0).to(CD)
     else:
-        exact = tl.load(s_tile, mask=mask_kv, other=0.0).to(CD)
+        base = tl.load(s_tile, mask=mask_kv, other=0.0).to(CD)
 
     if pre:  # fold the committed records first (their ring positions are about to be reused)
         if RAW:
-            exact = _fold_raw(exact, rk, rla, rv, rbeta, xk, xla, xv, xbeta, c, 0, offs_k, mask_k, cols_v, mask_v,
-                              KS, LS, US, HV, L, DECAY, CD)
+            base = _fold_raw(base, rk, rla, rv, rbeta, xk, xla, xv, xbeta, c, 0, offs_k, mask_k, cols_v, mask_v,
+                             KS, LS, US, HV, L, DECAY, CD)
         else:
-            exact = _fold(exact, rk, rla, ru, xk, xla, c, c, offs_k, mask_k, cols_v, mask_v, KS, LS, US, L, DECAY, CD)
+            base = _fold(base, rk, rla, ru, xk, xla, c, c, offs_k, mask_k, cols_v, mask_v, KS, LS, US, L, DECAY, CD)
     tl.debug_barrier()  # every old record is read before this row's new records overwrite them
-
-    if READ > 0:
-        base = tl.where(flush, exact, approx)
-    else:
-        base = exact
 
     # the committed window (records below count0), decayed to position count0 - 1; each new token then
     # decays it once more and joins it (running products: one exp per token, not one per record)
@@ -305,8 +288,8 @@ def replay_kernel(
             stored = new.to(state.dtype.element_ty).to(CD)
         tl.store(s_tile, stored.to(state.dtype.element_ty), mask=mask_kv)
         if READ > 0:
-            store_read_tile(stored.to(tl.float32), read_data, read_row_scale, read_block_scale, head, rows, cols,
-                            mask_rc, flush, R, C, BR, BC, READ, LAYOUT_KV)
+            store_read_tile(stored.to(tl.float32), read_data, read_row_scale, read_block_scale, head, offs_k, offs_v,
+                            mask_kv, flush, K, V, BK, BV, READ)
 
 
 # ------------------------------------------------------------------------------------------ launcher
@@ -343,23 +326,13 @@ class ReplaySpec:
 def tiling(spec: ReplaySpec, K: int, V: int, rows: int, Hv: int, block_v: Optional[int] = None):
     """``(BK, BV, BL, num_warps)`` of a call over ``rows`` rows.
 
-    Programs that quantize a row-scaled read copy must own whole physical rows (kv layout: all of V);
-    otherwise value tiles of ~4K elements, halved while the grid would leave SMs idle.
+    Value tiles of ~4K elements, halved while the grid would leave SMs idle; every tile holds all keys,
+    so it owns whole scale rows of a (value-major) read copy.
     """
-    BK = triton.next_power_of_2(K)
-    whole_rows = spec.read_format in ("fp8", "fp4")
-    if whole_rows and spec.layout == "kv":
-        BV = triton.next_power_of_2(V)
-    else:
-        BV = block_v or min(triton.next_power_of_2(V), max(16, 4096 // BK))
-        while not block_v and BV > 16 and rows * Hv * triton.cdiv(V, BV) < 2048:
-            BV //= 2
-    if spec.read_format == "fp4":  # e2m1 blocks of 16 along the physical last dim
-        if spec.layout == "kv":
-            BV = max(BV, 16)
-        else:
-            BK = max(BK, 16)
-    # whole-row tiles (128 x 128 for fp8/fp4 read copies on kv states) spill at 8 warps (sm_90, ptxas -v)
+    BK = max(triton.next_power_of_2(K), 16 if spec.read_format == "fp4" else 1)  # e2m1 blocks of 16 keys
+    BV = block_v or min(triton.next_power_of_2(V), max(16, 4096 // BK))
+    while not block_v and BV > 16 and rows * Hv * triton.cdiv(V, BV) < 2048:
+        BV //= 2
     num_warps = 16 if BK * BV >= 16384 else (8 if BK * BV >= 8192 else (4 if BK * BV >= 1024 else 2))
     return BK, BV, triton.next_power_of_2(spec.window), num_warps
 
