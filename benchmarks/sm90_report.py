@@ -50,6 +50,7 @@ def _source(fn, args, kwargs):
     """``(ASTSource, num_warps)`` of one recorded call, specialised as the JIT would on a GPU."""
     kwargs = dict(kwargs)
     num_warps = kwargs.pop("num_warps", 4)
+    kwargs.pop("maxnreg", None)
     names = list(inspect.signature(fn.fn).parameters)
     values = dict(zip(names, args), **kwargs)
     signature, constants, attrs = {}, {}, {}
@@ -68,7 +69,8 @@ def _source(fn, args, kwargs):
 
 def report(fn, args, kwargs) -> str:
     src, num_warps = _source(fn, args, kwargs)
-    kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=num_warps))
+    options = dict(num_warps=num_warps, **({"maxnreg": kwargs["maxnreg"]} if "maxnreg" in kwargs else {}))
+    kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
     ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
     with tempfile.TemporaryDirectory() as d:
         ptx = os.path.join(d, "k.ptx")
@@ -86,6 +88,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("cases", nargs="+", help="shape,read,T,L (read: none, bf16, fp8, fp4)")
     p.add_argument("--batch", type=int, default=256, help="rows (sets the tiling; default 256)")
+    p.add_argument("--maxnreg", type=int, default=0, help="cap registers per thread (ptxas .maxnreg)")
     args = p.parse_args(argv)
     capture = _Capture(replay.replay_kernel)
     replay.replay_kernel = capture
@@ -99,7 +102,8 @@ def main(argv=None) -> int:
         x = draw_inputs(shape, args.batch, T, "cpu", seed=1)
         for commit in (True, False):
             try:  # the launcher may reach the cursor kernel after the capture: only the capture matters
-                triton_impl.advance_into(rs, x, None, out, commit=commit, force_flush=False)
+                triton_impl.advance_into(rs, x, None, out, commit=commit, force_flush=False,
+                                         max_registers=args.maxnreg or None)
             except Exception:  # noqa: BLE001
                 pass
         for (a, kw), commit in zip(capture.calls, ("commit", "no commit")):

@@ -33,6 +33,7 @@ def main(argv=None) -> int:
     p.add_argument("--window", type=lst(int), default=[16])
     p.add_argument("--block-v", type=lst(int), default=[0])
     p.add_argument("--warps", type=lst(int), default=[0])
+    p.add_argument("--maxnreg", type=lst(int), default=[0])
     p.add_argument("--verify", type=lst(int), default=[])
     p.add_argument("--out", default="tune.json")
     args = p.parse_args(argv)
@@ -50,12 +51,12 @@ def main(argv=None) -> int:
         print(f"{name} B={B} standard {std_us:.1f} us {std_bytes / std_us / 1e3 / bw:.0%} bw")
         rows.append(dict(shape=name, batch=B, kind="standard", us=std_us))
         xt = type(x)(*(None if f is None else f[:, None] for f in x))
-        for read, L, bv, nw in itertools.product(args.read, args.window, args.block_v, args.warps):
+        for read, L, bv, nw, mr in itertools.product(args.read, args.window, args.block_v, args.warps, args.maxnreg):
             rs = ReplayState(draw_state(shape, B, "cuda", seed=1), fam, L, layout=shape.layout, k_heads=shape.k_heads,
                              read_dtype=None if read == "none" else read, validate=False, kernels="triton")
             rs.count.copy_(torch.arange(B, device="cuda") % L)
             out = torch.empty(B, 1, rs.num_heads, rs.head_v, device="cuda")
-            kw = {k: val for k, val in (("block_v", bv), ("num_warps", nw)) if val}
+            kw = {k: val for k, val in (("block_v", bv), ("num_warps", nw), ("max_registers", mr)) if val}
             try:
                 step_us, _ = timer(lambda: triton_impl.advance_into(rs, xt, None, out, commit=True, force_flush=False, **kw))
                 nf_us, _ = timer(lambda: triton_impl.advance_into(rs, xt, None, out, commit=False, force_flush=False, **kw))
@@ -65,11 +66,11 @@ def main(argv=None) -> int:
             read_b = rs.memory_report()["read_copy"] // B
             step_bytes = replay_step_bytes(shape, fam, B, L, read_b, rs.raw_fold, x)
             nf_bytes = B * ((read_b or state_bytes(shape)) + record_bytes(shape, fam, rs.raw_fold) * (L - 1) / 2) + io_bytes(x)
-            r = dict(shape=name, batch=B, kind="replay", read=read, L=L, block_v=bv, warps=nw, step_us=step_us,
+            r = dict(shape=name, batch=B, kind="replay", read=read, L=L, block_v=bv, warps=nw, maxnreg=mr, step_us=step_us,
                      nf_us=nf_us, step_bw=step_bytes / step_us / 1e3 / bw, nf_bw=nf_bytes / nf_us / 1e3 / bw,
                      speedup=std_us / step_us)
             rows.append(r)
-            print(f"  {read:5s} L={L:2d} bv={bv:3d} nw={nw}: step {step_us:7.1f} us ({r['step_bw']:.0%} bw, "
+            print(f"  {read:5s} L={L:2d} bv={bv:3d} nw={nw} mr={mr}: step {step_us:7.1f} us ({r['step_bw']:.0%} bw, "
                   f"{r['speedup']:.2f}x std)  non-flush {nf_us:7.1f} us ({r['nf_bw']:.0%} bw)", flush=True)
             del rs
         for T in args.verify:

@@ -38,13 +38,14 @@ def _slots(slots: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
 
 
 def advance_into(rs, x: Canonical, slots, out: torch.Tensor, *, commit: bool, force_flush: bool,
-                 block_v: Optional[int] = None, num_warps: Optional[int] = None) -> torch.Tensor:
+                 block_v: Optional[int] = None, num_warps: Optional[int] = None,
+                 max_registers: Optional[int] = None) -> torch.Tensor:
     """:func:`advance` writing into ``out [B, T, Hv, V]`` (contiguous, compute dtype)."""
     B, T = x.q.shape[:2]
     if out.shape != (B, T, rs.num_heads, rs.head_v) or out.dtype != rs.compute_dtype or not out.is_contiguous():
         raise ValueError(f"out must be a contiguous {rs.compute_dtype} tensor [{B}, {T}, {rs.num_heads}, {rs.head_v}]")
     replay.launch(_buffers(rs), _spec(rs), x, _slots(slots), out, commit=commit, force_flush=force_flush,
-                  materialize=False, block_v=block_v, num_warps=num_warps)
+                  materialize=False, block_v=block_v, num_warps=num_warps, max_registers=max_registers)
     return out
 
 

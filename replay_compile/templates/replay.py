@@ -43,17 +43,16 @@ FOLD_UNROLL = tl.constexpr(1)
 
 
 @triton.jit
-def _ring(ring_row, stride, j, n, cols, col_mask, L: tl.constexpr, CD: tl.constexpr):
-    """``[BL, BC]`` ring records at positions ``j``; rows at ``j >= n`` are 0 (NOTE [loads before cursors])."""
-    r = tl.load(ring_row + j[:, None] * stride + cols[None, :], mask=(j < L)[:, None] & col_mask[None, :], other=0.0)
-    return tl.where((j < n)[:, None], r.to(CD), 0.0)
+def _ring(ring_row, stride, j, n, cols, col_mask, CD: tl.constexpr):
+    """``[BL, BC]`` ring records at positions ``j < n`` (0 at the others, which are never read)."""
+    live = (j < n)[:, None] & col_mask[None, :]
+    return tl.load(ring_row + j[:, None] * stride + cols[None, :], mask=live, other=0.0).to(CD)
 
 
 @triton.jit
-def _ring1(ring_row, stride, j, n, L: tl.constexpr, CD: tl.constexpr):
+def _ring1(ring_row, stride, j, n, CD: tl.constexpr):
     """``[BL]`` scalar ring records (per-head log-decay), as :func:`_ring`."""
-    r = tl.load(ring_row + j * stride, mask=j < L, other=0.0)
-    return tl.where(j < n, r.to(CD), 0.0)
+    return tl.load(ring_row + j * stride, mask=j < n, other=0.0).to(CD)
 
 
 @triton.jit
@@ -201,9 +200,9 @@ def replay_kernel(
     xbeta = beta + b * T * HV + h
     cols_v = tl.arange(0, BV)
 
-    # NOTE [loads before cursors]: the tile and the ring's committed window are loaded at addresses that do
-    # not depend on the row's count, so they are in flight together with the cursor load; the count only
-    # masks registers. Flush rows, 1/L of them, load the exact checkpoint after the count arrives.
+    # The tile's address does not depend on the row's count, so its load is in flight with the cursor load.
+    # Window records are loaded only below the count: ~(L-1)/2 of L on average (unmasked ring loads, tried
+    # on 2026-12-02, moved the Mamba-2 non-flush path from 363 to 491 us on the H200).
     if READ > 0:  # one tile live at a time: non-flush rows keep the copy, flush rows swap in the exact tile
         base = load_read_tile(read_data, read_row_scale, read_block_scale, head, offs_k, offs_v, mask_kv,
                               True, K, V, BK, BV, READ, CD)
@@ -222,16 +221,16 @@ def replay_kernel(
 
     # the committed window (records below count0), decayed to position count0 - 1; each new token then
     # decays it once more and joins it (running products: one exp per token, not one per record)
-    KW = _ring(rk, KS, j, count0, offs_k, mask_k, L, CD)
-    U = _ring(ru, US, j, count0, cols_v, mask_v, L, CD)
+    KW = _ring(rk, KS, j, count0, offs_k, mask_k, CD)
+    U = _ring(ru, US, j, count0, cols_v, mask_v, CD)
     LA = KW
     LN = KW
     if DECAY == 1:
-        LA = _ring1(rla, LS, j, count0, L, CD)
-        LN = _ring1(rla, LS, j + 1, count0, L, CD)
+        LA = _ring1(rla, LS, j, count0, CD)
+        LN = _ring1(rla, LS, j + 1, count0, CD)
     elif DECAY == 2:
-        LA = _ring(rla, LS, j, count0, offs_k, mask_k, L, CD)
-        LN = _ring(rla, LS, j + 1, count0, offs_k, mask_k, L, CD)
+        LA = _ring(rla, LS, j, count0, offs_k, mask_k, CD)
+        LN = _ring(rla, LS, j + 1, count0, offs_k, mask_k, CD)
     G, KWp = _committed_weights(KW, LA, LN, j, count0, DECAY)
 
     bad = live & (c < 0)
@@ -339,7 +338,7 @@ def tiling(spec: ReplaySpec, K: int, V: int, rows: int, Hv: int, block_v: Option
 
 def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[torch.Tensor], out: Optional[torch.Tensor],
            *, commit: bool, force_flush: bool, materialize: bool, block_v: Optional[int] = None,
-           num_warps: Optional[int] = None) -> None:
+           num_warps: Optional[int] = None, max_registers: Optional[int] = None) -> None:
     """Run one replay call (``x`` inputs ``[B, T, ...]``; ``materialize``: ``x`` is None, no tokens).
 
     Launches the replay kernel over ``(B, Hv, V tiles)`` then ``cursors.finalize_kernel`` over rows.
@@ -366,6 +365,10 @@ def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[t
     sr_mant, sr_emin = SR_FORMATS.get(str(state.dtype).removeprefix("torch."), (0, 0))
     stride_sk, stride_sv = ((state.stride(2), state.stride(3)) if spec.layout == "kv"
                             else (state.stride(3), state.stride(2)))
+    if max_registers:  # ptxas caps registers per thread (more resident programs, maybe spills)
+        flags_extra = dict(maxnreg=max_registers)
+    else:
+        flags_extra = {}
     flags = dict(T=T, L=spec.window, COMMIT=commit, FORCE=force_flush, MATERIALIZE=materialize,
                  HAS_SLOTS=slots is not None, DECAY=_DECAY_CODE[spec.decay], RAW=spec.raw)
     slot_arg = dummy if slots is None else slots
@@ -378,7 +381,7 @@ def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[t
         BL=BL, HV=Hv, GROUP=Hv // spec.k_heads, K=K, V=V, BK=BK, BV=BV, DELTA=spec.delta,
         READ=READ_CODES[spec.read_format], LAYOUT_KV=spec.layout == "kv", SR=spec.stochastic_rounding,
         SR_MANT=sr_mant, SR_EMIN=sr_emin, CD=tl.float64 if cd == torch.float64 else tl.float32,
-        num_warps=num_warps, **flags)
+        num_warps=num_warps, **flags, **flags_extra)
     finalize_kernel[(B,)](
         k, log_a, beta, slot_arg, ring["k"], ring.get("log_a", dummy), ring.get("beta", dummy),
         buf.count, buf.flushes, HV=Hv, HK=spec.k_heads, K=K, BHV=triton.next_power_of_2(Hv),
