@@ -8,11 +8,11 @@ Everything per row (flush or not, where the window ends) comes from the device c
 kernel (``cursors.row_phase``): there is no host sync, so a step can be captured in a CUDA graph. A tiny
 per-row launch (``cursors.finalize_kernel``) follows it to move the cursors.
 
-Registers decide this kernel's speed (it is memory-bound and needs many resident warps): the window
-the outputs read is held in registers (``[L, K]`` keys, ``[L, BV]`` updates), but flush folds re-read
-their records from memory one position at a time (``_fold``), so the flush path, which only 1/L of
-rows take, costs no registers on the others (a ``tl.dot`` fold took the kernel to 254 registers and
-0.55-0.68x of the standard kernel on the H200; the sequential fold to 96-168 registers).
+Registers decide this kernel's speed (it is latency-bound at 4 programs per SM: ncu on the H200): the
+window the outputs read is held in registers (``[L, K]`` keys, ``[L, BV]`` updates), but flush folds
+re-read their records from memory (``_fold``, four records in flight at a time), so the flush path,
+which only 1/L of rows take, costs few registers on the others (a ``tl.dot`` fold took the kernel to
+254 registers and 0.55-0.68x of the standard kernel on the H200). See NOTE [register cap].
 
 Specialisation (constexpr): decay kind x delta rule (the family's ``template``), raw delta folds,
 read-copy format, layout (strides + ``LAYOUT_KV``), head dims, grouping, window ``L``, draft length
@@ -23,6 +23,8 @@ family (the delta rule's ``S^T k`` reduces over keys), which is what lets a prog
 The decay from record ``i`` to position ``p`` is ``exp(sum_{i<j<=p} log_a_j)``: a reverse cumulative
 sum of the log-decays shifted by one position (gathered a second time at ``j + 1``), never a difference
 of prefix sums, so a decay of exactly 0 (``log_a = -inf``) gives weight 0, not NaN, as in reference.py.
+That is done once, for the committed records; each of the call's ``T`` tokens then multiplies the
+weights by its own decay and joins with weight 1 (running products: no cumulative exponential per token).
 """
 from __future__ import annotations
 
@@ -322,18 +324,22 @@ class ReplaySpec:
     seed: int
 
 
-def tiling(spec: ReplaySpec, K: int, V: int, rows: int, Hv: int, block_v: Optional[int] = None):
-    """``(BK, BV, BL, num_warps)`` of a call over ``rows`` rows.
+def tiling(spec: ReplaySpec, K: int, V: int, rows: int, Hv: int, T: int, block_v: Optional[int] = None):
+    """``(BK, BV, BL, num_warps, max_registers)`` of a call of ``T`` tokens over ``rows`` rows.
 
     Value tiles of ~4K elements, halved while the grid would leave SMs idle; every tile holds all keys,
-    so it owns whole scale rows of a (value-major) read copy.
+    so it owns whole scale rows of a (value-major) read copy. NOTE [register cap]: the kernel is
+    latency-bound at 4 programs per SM (128 registers: ncu, H200); capping one-token calls at 96
+    registers (5 programs) made Mamba-2 / GDN steps 2-4% faster with fp32 checkpoints and 10-35% with fp8
+    copies, but per-channel decay with no read copy 13% slower (H200, 2026-12-02, tune_replay.py --maxnreg).
     """
     BK = max(triton.next_power_of_2(K), 16 if spec.read_format == "fp4" else 1)  # e2m1 blocks of 16 keys
     BV = block_v or min(triton.next_power_of_2(V), max(16, 4096 // BK))
     while not block_v and BV > 16 and rows * Hv * triton.cdiv(V, BV) < 2048:
         BV //= 2
     num_warps = 16 if BK * BV >= 16384 else (8 if BK * BV >= 8192 else (4 if BK * BV >= 1024 else 2))
-    return BK, BV, triton.next_power_of_2(spec.window), num_warps
+    cap = 96 if T <= 1 and num_warps == 4 and not (spec.decay == "channel" and spec.read_format is None) else None
+    return BK, BV, triton.next_power_of_2(spec.window), num_warps, cap
 
 
 def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[torch.Tensor], out: Optional[torch.Tensor],
@@ -358,17 +364,15 @@ def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[t
     if B == 0:
         return
     cd = torch.float64 if state.dtype == torch.float64 else torch.float32
-    BK, BV, BL, default_warps = tiling(spec, K, V, B, Hv, block_v)
+    BK, BV, BL, default_warps, default_cap = tiling(spec, K, V, B, Hv, T, block_v)
     num_warps = num_warps or default_warps
+    max_registers = max_registers or default_cap
     read = buf.read or {}
     dummy = ring["k"]
     sr_mant, sr_emin = SR_FORMATS.get(str(state.dtype).removeprefix("torch."), (0, 0))
     stride_sk, stride_sv = ((state.stride(2), state.stride(3)) if spec.layout == "kv"
                             else (state.stride(3), state.stride(2)))
-    if max_registers:  # ptxas caps registers per thread (more resident programs, maybe spills)
-        flags_extra = dict(maxnreg=max_registers)
-    else:
-        flags_extra = {}
+    flags_extra = dict(maxnreg=max_registers) if max_registers else {}  # NOTE [register cap]
     flags = dict(T=T, L=spec.window, COMMIT=commit, FORCE=force_flush, MATERIALIZE=materialize,
                  HAS_SLOTS=slots is not None, DECAY=_DECAY_CODE[spec.decay], RAW=spec.raw)
     slot_arg = dummy if slots is None else slots
