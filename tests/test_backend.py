@@ -264,6 +264,39 @@ def test_inductor_compiles_the_rest():
     assert replay_compile.counters["rewrite:gated_deltanet"] == 1
 
 
+def test_rewritten_graph_keeps_dynamo_metadata(monkeypatch):
+    """NOTE [Dynamo metadata]: what Inductor gets still marks the state buffer static (CUDA graphs need it)."""
+    import replay_compile.backend as backend
+
+    seen = {}
+
+    def rest(gm, example_inputs, mode, opts):
+        seen["gm"] = gm
+        return gm.forward
+
+    monkeypatch.setattr(backend, "compile_rest", rest)
+    layer = _StateBuffer(torch.randn(3, 2, 5, 4))
+    x = (torch.randn(3, 2, 5), torch.randn(3, 2, 5), torch.randn(3, 2, 4), -torch.rand(3, 2))
+    torch.compile(layer, backend="replayssm", options={"min_batch": 1, "inductor": False})(*x)
+    gm = seen["gm"]
+    assert replay_compile.counters["rewrite:simple_gla"] == 1
+    assert "dynamo_compile_id" in gm.meta and hasattr(gm, "_param_name_to_source")
+    placeholders = gm.graph.find_nodes(op="placeholder")
+    assert all(hasattr(n, "_dynamo_source") for n in placeholders)
+    assert [n.meta["tensor_dict"].get("_dynamo_static_input_type") is not None for n in placeholders] == \
+        [n.name.endswith("state_") for n in placeholders]
+
+
+class _StateBuffer(torch.nn.Module):
+    def __init__(self, state):
+        super().__init__()
+        self.register_buffer("state", state)
+
+    def forward(self, q, k, v, g):
+        self.state.mul_(torch.exp(g)[..., None, None]).add_(torch.einsum("bhk,bhv->bhkv", k, v))
+        return torch.einsum("bhkv,bhk->bhv", self.state, q)
+
+
 def test_advance_op_passes_opcheck():
     cfg = registry.site_config(family="gated_deltanet", window=4, layout="kv", k_heads=2, read_dtype=None,
                                stochastic_rounding=False, kernels="auto", speculative=False)

@@ -216,8 +216,6 @@ def test_gpu_runtime_of_a_captured_state_is_parked_not_freed():
     gen = torch.Generator().manual_seed(4)
     layer = StateLayer(torch.randn(9, 4, 16, 8, generator=gen).cuda())
     eager = StateLayer(layer.state.clone())
-    # CUDA-graph trees skip graphs that mutate an input unless its address is static (as a serving cache's is)
-    torch._dynamo.mark_static_address(layer.state)
     step = torch.compile(layer, backend="replayssm", mode="reduce-overhead")
     for t in range(40):
         x = small_inputs(gen, "cuda")
