@@ -54,6 +54,21 @@ def test_decode_step_after_chunked_prefill_matches_full_forward(name):
     assert not any(isinstance(m, bench_model.NoRecurrence) for m in model.modules())
 
 
+@pytest.mark.parametrize("name", list(bench_model.SPECS))
+def test_prefill_of_some_rows_tiled_over_the_batch(name):
+    """A batch prefilled from 2 rows (tiled to 4): rows 2, 3 decode their own token on rows 0, 1's context."""
+    spec = bench_model.SPECS[name]
+    bench_model.bind_torch_paths([spec])
+    model = bench_model.build_model(spec, smoke=True, device="cpu", dtype=torch.float32)
+    decode = bench_model.DecodeCache(model, batch=4, context=12, prefill_chunk=5, headroom=4, device="cpu",
+                                     prefill_rows=2)
+    prompt = torch.randint(3, model.config.vocab_size, (4, 13), generator=torch.Generator().manual_seed(1))
+    context = torch.cat([prompt[:2, :12], prompt[:2, :12]])
+    with torch.no_grad():
+        expected = model(input_ids=torch.cat([context, prompt[:, 12:]], dim=1)).logits[:, -1:]
+    torch.testing.assert_close(decode.step_fn(model.forward)(), expected, atol=1e-5, rtol=1e-5)
+
+
 def test_shares_and_table_from_results():
     cells = {"eager": {"us": 900.0}, "compile": {"us": 400.0}, "replay": {"us": 250.0, "sites_rewritten": 3},
              "no-recurrent": {"us": 100.0}, "compile+cg": {"us": 300.0}, "replay+cg": {"us": None, "why": "boom"}}

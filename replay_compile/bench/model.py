@@ -202,31 +202,38 @@ class DecodeCache:
     advances), so a column may take ``headroom`` steps before ``restore()``. ``restore()`` copies the
     snapshot (counters included) back in place: the tensors keep their addresses, which compiled
     graphs and CUDA graphs hold on to.
+
+    Only ``prefill_rows`` rows are prefilled; their cache is tiled over the batch (rows repeat every
+    ``prefill_rows``; decode tokens stay distinct). transformers' torch chunk scans build intermediates
+    that grow with batch x context (the Nemotron-3-Super stack asked for 81 GiB at batch 256, H200).
     """
 
     def __init__(self, model, batch: int, context: int, prefill_chunk: int, headroom: int, device: str,
-                 seed: int = 1):
+                 seed: int = 1, prefill_rows: int = 32):
         import transformers  # noqa: PLC0415
-        self.cache = transformers.StaticCache(config=model.config, max_cache_len=context + headroom)
         g = torch.Generator().manual_seed(seed)
         prompt = torch.randint(3, model.config.vocab_size, (batch, context + 1), generator=g).to(device)
+        rows = min(batch, prefill_rows)
+        rows = rows if batch % rows == 0 else batch
+        part = transformers.StaticCache(config=model.config, max_cache_len=context + headroom)
         with torch.no_grad():
             for start in range(0, context, prefill_chunk):
                 end = min(start + prefill_chunk, context)  # the last prompt token is the decode step's input
-                model(input_ids=prompt[:, start:end], past_key_values=self.cache, use_cache=True)
+                model(input_ids=prompt[:rows, start:end], past_key_values=part, use_cache=True)
+            if rows == batch:
+                self.cache = part
+            else:  # a full-batch cache (one token allocates it), then every tensor tiled from the prefilled rows
+                self.cache = transformers.StaticCache(config=model.config, max_cache_len=context + headroom)
+                model(input_ids=prompt[:, :1], past_key_values=self.cache, use_cache=True)
+                if len(self.tensors()) != len(_cache_tensors(part)):
+                    raise RuntimeError("a prefilled cache and the full-batch cache hold different tensors")
+                for full, src in zip(self.tensors(), _cache_tensors(part)):
+                    full.copy_(_tile_rows(src, full.shape))
         self.token = prompt[:, context:]
         self.snapshot = [(t, t.clone()) for t in self.tensors()]
 
     def tensors(self) -> list:
-        found = []
-        for layer in self.cache.layers:
-            for name in ("keys", "values", "cumulative_length"):
-                t = getattr(layer, name, None)
-                if isinstance(t, torch.Tensor):
-                    found.append(t)
-            for states in (getattr(layer, "conv_states", {}), getattr(layer, "recurrent_states", {})):
-                found += [t for t in states.values() if isinstance(t, torch.Tensor)]
-        return found
+        return _cache_tensors(self.cache)
 
     def restore(self) -> None:
         from ..api import release  # noqa: PLC0415
@@ -247,6 +254,28 @@ class DecodeCache:
             with torch.no_grad():
                 return forward(input_ids=self.token, past_key_values=self.cache, use_cache=True).logits
         return step
+
+
+def _cache_tensors(cache) -> list:
+    """Every tensor of a transformers cache's layers (keys, values, length counter, conv and recurrent states)."""
+    found = []
+    for layer in cache.layers:
+        for name in ("keys", "values", "cumulative_length"):
+            t = getattr(layer, name, None)
+            if isinstance(t, torch.Tensor):
+                found.append(t)
+        for states in (getattr(layer, "conv_states", {}), getattr(layer, "recurrent_states", {})):
+            found += [t for t in states.values() if isinstance(t, torch.Tensor)]
+    return found
+
+
+def _tile_rows(src: torch.Tensor, shape) -> torch.Tensor:
+    """``src`` repeated along dim 0 to ``shape`` (tensors without a batch dim, e.g. counters, as they are)."""
+    if tuple(src.shape) == tuple(shape):
+        return src
+    if src.dim() == 0 or tuple(src.shape[1:]) != tuple(shape[1:]) or shape[0] % src.shape[0]:
+        raise ValueError(f"cannot tile a cache tensor {tuple(src.shape)} to {tuple(shape)}")
+    return src.repeat(shape[0] // src.shape[0], *[1] * (src.dim() - 1))
 
 
 # ------------------------------------------------------------------------------------------ timing
