@@ -76,11 +76,13 @@ def _mismatch(a, b, what: str, floor: float = 0.0) -> Optional[str]:
     return None
 
 
-def check(original, rewritten, example_inputs, states: list, seed: int = 0, state_floor: float = 0.0) -> Optional[str]:
+def check(original, rewritten, example_inputs, states: list, seed: int = 0, state_floor: float = 0.0,
+          compared: Optional[int] = None) -> Optional[str]:
     """None when ``rewritten`` matches ``original`` over ``CALLS`` calls, else the mismatch.
 
     ``states`` are the placeholder indices of the rewritten sites' states; ``state_floor`` the least
-    tolerance of their check (NOTE [tolerances]).
+    tolerance of their check (NOTE [tolerances]). ``compared``: only the last ``compared`` outputs are
+    compared (the sites' reads: NOTE [site-local check] in ``passes``); None: every output.
     """
     gen = torch.Generator().manual_seed(seed)
     output_floor = tolerance_of(original.graph.nodes)
@@ -97,11 +99,14 @@ def check(original, rewritten, example_inputs, states: list, seed: int = 0, stat
             for rs in registry.managed_states():  # speculative sites: accept every draft, as eager does
                 if rs._pending is not None:
                     rs.commit(rs._pending[1])
+            first = 0 if compared is None else len(out_a) - compared
             for j, (a, b) in enumerate(zip(out_a, out_b)):
                 for i in states:  # a returned state: feed it back next call
                     if b is ins_b[i]:
                         ins_a[i] = a
                         continue
+                if j < first:
+                    continue
                 bad = _mismatch(a, b, f"call {call}, output {j}", output_floor)
                 if bad and not any(b is ins_b[i] for i in states):
                     return bad
