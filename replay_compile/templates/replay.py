@@ -10,7 +10,7 @@ per-row launch (``cursors.finalize_kernel``) follows it to move the cursors.
 
 Registers decide this kernel's speed (it is latency-bound at 4 programs per SM: ncu on the H200): the
 window the outputs read is held in registers (``[L, K]`` keys, ``[L, BV]`` updates), but flush folds
-re-read their records from memory (``_fold``, four records in flight at a time), so the flush path,
+re-read their records from memory (``_fold``, one record per iteration), so the flush path,
 which only 1/L of rows take, costs few registers on the others (a ``tl.dot`` fold took the kernel to
 254 registers and 0.55-0.68x of the standard kernel on the H200). See NOTE [register cap].
 
@@ -40,7 +40,8 @@ from .cursors import commit_kernel, finalize_kernel, load_row, row_phase
 from .readcopy import READ_CODES, load_read_tile, store_read_tile
 from .sround import SR_FORMATS, slot_seed, stochastic_round
 
-# records a flush fold loads per loop iteration (registers vs. memory round trips; sm90_report.py)
+# records a flush fold loads per loop iteration. Every H200 figure so far was measured at 1 (no unrolling);
+# 4 cost no registers in sm90_report.py but has not been timed on the GPU.
 FOLD_UNROLL = tl.constexpr(1)
 
 
@@ -107,8 +108,8 @@ def _fold(S, rk, rla, ru, xk, xla, n_ring, n_total, offs_k, mask_k, offs_v, mask
     corrected updates ``u`` all come from the ring (this program wrote the new ones: see the barrier
     before a fold). Only flushing rows run it, so it re-reads records instead of holding the window in
     registers, which keeps the non-flush path's register budget (and occupancy) for the state tile.
-    The loop is unrolled by ``FOLD_UNROLL`` so that many records' loads are in flight at once (one
-    memory round trip per record made a flushing program ~10x slower than the others).
+    ``FOLD_UNROLL`` records per iteration would put several records' loads in flight at once (each
+    iteration costs a memory round trip); it is 1 until that is timed on the GPU.
     """
     for i in tl.range(0, L, loop_unroll_factor=FOLD_UNROLL):
         live = i < n_total
