@@ -5,12 +5,7 @@ set -u
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 python3 -m pip install --no-build-isolation --no-deps -e . -q 2>&1 | grep -v WARN | tail -2
-part() {  # part NAME SECONDS CMD...: run with a limit, keep its output, print its tail
-  local name=$1 secs=$2; shift 2
-  echo "=== $name (limit ${secs}s)"; local t0=$SECONDS
-  timeout "$secs" "$@" > "$OUT/$name.txt" 2>&1; echo "rc=$? in $((SECONDS - t0))s" | tee -a "$OUT/$name.txt"
-  grep -v Warning "$OUT/$name.txt" | tail -n "${TAIL:-30}" | cut -c1-220
-}
+PART_LOG="$OUT/kernels_log.txt"; source "$(dirname "$0")/part.sh"
 TAIL=20 part tune_default 200 python3 benchmarks/tune_replay.py --read none,fp8 --verify 8 --out "$OUT/tune_default.json"
 TAIL=12 part tune_tiles 110 python3 benchmarks/tune_replay.py --read none --block-v 64 --warps 4,8 --out "$OUT/tune_tiles.json"
 TAIL=15 part tests 150 python3 -m pytest -m gpu tests/test_kernels.py -q -x -p no:cacheprovider

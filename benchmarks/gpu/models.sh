@@ -18,14 +18,7 @@ python3 -m pip install --no-build-isolation --no-deps -e . -q 2>&1 | grep -v WAR
 python3 -c "import transformers" 2>/dev/null || python3 -m pip install -q --no-index --find-links .whl/models \
   "transformers==5.17.0" 2>&1 | grep -v WARN | tail -2
 python3 -c "import transformers; print('transformers', transformers.__version__)"
-part() {  # part NAME SECONDS CMD...: run with a limit, append its output to one log (the device tool returns
-          # at most 8 files from $OUT), print its tail
-  local name=$1 secs=$2; shift 2
-  echo "=== $name (limit ${secs}s)"; local t0=$SECONDS log=/tmp/part_$name.txt
-  timeout "$secs" "$@" > "$log" 2>&1; echo "rc=$? in $((SECONDS - t0))s" | tee -a "$log"
-  { echo "=== $name"; cat "$log"; } >> "$OUT/models_log.txt"
-  tail -n "${TAIL:-20}" "$log" | cut -c1-240
-}
+PART_LOG="$OUT/models_log.txt"; source "$(dirname "$0")/part.sh"
 BENCH=(python3 -m replay_compile.cli bench model)
 TAIL=30 part e2e 130 python3 -m pytest -m gpu tests/models/test_generate_replay.py -v -rA --durations=0 \
   -p no:cacheprovider

@@ -22,14 +22,7 @@ python3 -c "import torch, triton; print(torch.__version__, triton.__version__, t
   | tee "$OUT/versions.txt"
 python3 -c "import transformers; print('transformers', transformers.__version__)" >> "$OUT/versions.txt" 2>&1 \
   || echo "transformers missing: accuracy_hf fails, transformers GPU tests skip" | tee -a "$OUT/versions.txt"
-part() {  # part NAME SECONDS CMD...: run with a limit, append its output to one log (the device tool returns
-          # at most 8 files from $OUT), print its tail
-  local name=$1 secs=$2; shift 2
-  echo "=== $name (limit ${secs}s)"; local t0=$SECONDS log=/tmp/part_$name.txt
-  timeout "$secs" "$@" > "$log" 2>&1; echo "rc=$? in $((SECONDS - t0))s" | tee -a "$log"
-  { echo "=== $name"; cat "$log"; } >> "$OUT/spec_log.txt"
-  tail -n "${TAIL:-20}" "$log" | cut -c1-240
-}
+PART_LOG="$OUT/spec_log.txt"; source "$(dirname "$0")/part.sh"
 for fam in gated_deltanet kda; do
   TAIL=24 part "accuracy_$fam" 60 python3 -m replay_compile.cli bench accuracy --families "$fam" --steps 131072 \
     --chunk 128 --max-seconds 45 --out "$OUT/accuracy_$fam.json" --plot "$OUT/accuracy_$fam.png" --no-progress

@@ -1,0 +1,10 @@
+# Sourced by the GPU scripts: `part NAME SECONDS CMD...` runs CMD with a time limit, appends its output to
+# one log ($PART_LOG, default $OUT/log.txt: the device tool returns at most 8 files from $OUT) and prints
+# the last $TAIL lines (Warning lines left out of the preview, not of the log).
+part() {
+  local name=$1 secs=$2; shift 2
+  echo "=== $name (limit ${secs}s)"; local t0=$SECONDS log=/tmp/part_$name.txt
+  timeout "$secs" "$@" > "$log" 2>&1; echo "rc=$? in $((SECONDS - t0))s" | tee -a "$log"
+  { echo "=== $name"; cat "$log"; } >> "${PART_LOG:-$OUT/log.txt}"
+  grep -v Warning "$log" | tail -n "${TAIL:-20}" | cut -c1-240
+}
