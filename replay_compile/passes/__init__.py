@@ -245,7 +245,7 @@ def _validate_sites(gm, example_inputs, options, sites, placeholders) -> None:
     try:
         floor = validate.tolerance_of([n for s in sites for step in s.steps for n in rewrite_sites.leaf_nodes(step)])
         bad = validate.check(probe, candidate, example_inputs, [placeholders.index(s.placeholder) for s in sites],
-                             state_floor=floor, compared=n_reads)
+                             compared=n_reads, state_floor=floor)
     except Exception as e:  # noqa: BLE001
         raise Rejected("validation_error", f"{type(e).__name__}: {e}") from e
     if bad:

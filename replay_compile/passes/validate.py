@@ -7,9 +7,10 @@ recorded shapes and dtypes, inside a private op registry (NOTE [state keys] in `
 
 # NOTE [tolerances]
 A value is compared at the tolerance of its dtype, raised to the loosest dtype it was computed
-through. Outputs: any floating dtype of the graph (in a bf16-weight model the recurrence's fp32
-output is rounded to bf16 downstream; a reassociated, correct result flips some of those roundings
-and the following layers spread them, ~4e-3 seen). States: the dtypes of their sites' canonical
+through. Compared outputs, the sites' reads (NOTE [site-local check] in ``passes``): any floating dtype
+of the graph. That floor dates from when the graph's own outputs were compared (in a bf16-weight model
+a reassociated, correct read flips some bf16 roundings downstream and later layers spread them, ~4e-3
+seen); the reads' own dtypes would be tighter, untried. States: the dtypes of their sites' canonical
 inputs (``state_floor``): with fp32 inputs the check stays at fp32 precision; with bf16 factors
 (transformers' bf16 Mamba-2 rounds ``dt * B`` then ``* x`` in bf16, ~3e-3 after 3 calls) no
 reordering of the products reproduces eager's roundings. A misread site errs by O(1), far above.
@@ -76,13 +77,13 @@ def _mismatch(a, b, what: str, floor: float = 0.0) -> Optional[str]:
     return None
 
 
-def check(original, rewritten, example_inputs, states: list, seed: int = 0, state_floor: float = 0.0,
-          compared: Optional[int] = None) -> Optional[str]:
+def check(original, rewritten, example_inputs, states: list, compared: int, seed: int = 0,
+          state_floor: float = 0.0) -> Optional[str]:
     """None when ``rewritten`` matches ``original`` over ``CALLS`` calls, else the mismatch.
 
     ``states`` are the placeholder indices of the rewritten sites' states; ``state_floor`` the least
-    tolerance of their check (NOTE [tolerances]). ``compared``: only the last ``compared`` outputs are
-    compared (the sites' reads: NOTE [site-local check] in ``passes``); None: every output.
+    tolerance of their check (NOTE [tolerances]). Only the last ``compared`` outputs are compared (the
+    sites' reads: NOTE [site-local check] in ``passes``); the others only feed returned states back.
     """
     gen = torch.Generator().manual_seed(seed)
     output_floor = tolerance_of(original.graph.nodes)
@@ -99,7 +100,7 @@ def check(original, rewritten, example_inputs, states: list, seed: int = 0, stat
             for rs in registry.managed_states():  # speculative sites: accept every draft, as eager does
                 if rs._pending is not None:
                     rs.commit(rs._pending[1])
-            first = 0 if compared is None else len(out_a) - compared
+            first = len(out_a) - compared
             for j, (a, b) in enumerate(zip(out_a, out_b)):
                 for i in states:  # a returned state: feed it back next call
                     if b is ins_b[i]:
