@@ -12,9 +12,8 @@ import argparse
 
 import torch
 
-from replay_compile.bench.kernels import SHAPES, draw_inputs, draw_state
-from replay_compile.families import get_family
-from replay_compile.runtime import ReplayState, triton_impl
+from replay_compile.bench.kernels import SHAPES, draw_inputs, staggered_replay_state
+from replay_compile.runtime import triton_impl
 
 
 def main(argv=None) -> None:
@@ -27,12 +26,9 @@ def main(argv=None) -> None:
     p.add_argument("--no-commit", action="store_true")
     args = p.parse_args(argv)
     shape, B, L = SHAPES[args.shape], args.batch, args.window
-    fam = get_family(shape.family)
     x = draw_inputs(shape, B, None, "cuda", seed=B)
     x = type(x)(*(None if f is None else f[:, None] for f in x))
-    rs = ReplayState(draw_state(shape, B, "cuda", seed=1), fam, L, layout=shape.layout, k_heads=shape.k_heads,
-                     read_dtype=None if args.read == "none" else args.read, validate=False, kernels="triton")
-    rs.count.copy_(torch.arange(B, device="cuda") % L)
+    rs = staggered_replay_state(shape, B, L, "cuda", args.read)
     out = torch.empty(B, 1, rs.num_heads, rs.head_v, device="cuda")
     for _ in range(args.steps):
         triton_impl.advance_into(rs, x, None, out, commit=not args.no_commit, force_flush=False)

@@ -18,9 +18,9 @@ import sys
 import torch
 
 from replay_compile.bench.kernels import SHAPES, Timer, copy_bandwidth, draw_inputs, draw_state, io_bytes, \
-    record_bytes, replay_step_bytes, state_bytes
+    record_bytes, replay_step_bytes, staggered_replay_state, state_bytes
 from replay_compile.families import get_family
-from replay_compile.runtime import ReplayState, triton_impl
+from replay_compile.runtime import triton_impl
 from replay_compile.templates.standard import standard_step
 
 
@@ -52,9 +52,7 @@ def main(argv=None) -> int:
         rows.append(dict(shape=name, batch=B, kind="standard", us=std_us))
         xt = type(x)(*(None if f is None else f[:, None] for f in x))
         for read, L, bv, nw, mr in itertools.product(args.read, args.window, args.block_v, args.warps, args.maxnreg):
-            rs = ReplayState(draw_state(shape, B, "cuda", seed=1), fam, L, layout=shape.layout, k_heads=shape.k_heads,
-                             read_dtype=None if read == "none" else read, validate=False, kernels="triton")
-            rs.count.copy_(torch.arange(B, device="cuda") % L)
+            rs = staggered_replay_state(shape, B, L, "cuda", read)
             out = torch.empty(B, 1, rs.num_heads, rs.head_v, device="cuda")
             kw = {k: val for k, val in (("block_v", bv), ("num_warps", nw), ("max_registers", mr)) if val}
             try:
@@ -76,9 +74,7 @@ def main(argv=None) -> int:
         for T in args.verify:
             L = 16 + T
             xv = draw_inputs(shape, B, T, "cuda", seed=B + T)
-            rs = ReplayState(draw_state(shape, B, "cuda", seed=1), fam, L, layout=shape.layout, k_heads=shape.k_heads,
-                             validate=False, kernels="triton")
-            rs.count.copy_((torch.arange(B, device="cuda") % max(L // T, 1)) * T)
+            rs = staggered_replay_state(shape, B, L, "cuda", tokens=T)
             n_all = torch.full((B,), T, device="cuda")
             def ver():
                 rs.verify(*xv)

@@ -170,6 +170,20 @@ def draw_state(shape: Shape, slots: int, device: str, seed: int) -> torch.Tensor
     return torch.randn(slots, shape.heads, *dims, device=device, generator=g).mul_(0.5)
 
 
+def staggered_replay_state(shape: Shape, batch: int, window: int, device: str, read: str = "none",
+                           kernels: str = "triton", tokens: int = 1):
+    """A ``ReplayState`` of ``batch`` slots of ``shape`` with rows at staggered ring phases: row ``b`` holds
+    ``(b % (window // tokens)) * tokens`` records, so calls of ``tokens`` tokens flush 1 / (L / T) of the rows
+    each (the L-step amortized cost in one call)."""
+    from ..families import get_family  # noqa: PLC0415
+    from ..runtime import ReplayState  # noqa: PLC0415
+    rs = ReplayState(draw_state(shape, batch, device, seed=1), get_family(shape.family), window, layout=shape.layout,
+                     k_heads=shape.k_heads, read_dtype=None if read == "none" else read, validate=False,
+                     kernels=kernels)
+    rs.count.copy_((torch.arange(batch, device=device) % max(window // tokens, 1)) * tokens)
+    return rs
+
+
 # ------------------------------------------------------------------------------------------- bytes
 def io_bytes(x) -> int:
     """Bytes of a call's inputs plus its fp32 outputs."""
@@ -337,14 +351,10 @@ class Bench:
     # -------------------------------------------------------------------------------- replay
     def replay_step(self, shape: Shape, batch: int, L: int, read: str) -> dict:
         from ..families import get_family  # noqa: PLC0415
-        from ..runtime import ReplayState  # noqa: PLC0415
         fam = get_family(shape.family)
         x = draw_inputs(shape, batch, None, self.device, seed=batch + 7)
         try:
-            rs = ReplayState(draw_state(shape, batch, self.device, seed=1), fam, L, layout=shape.layout,
-                             k_heads=shape.k_heads, read_dtype=None if read == "none" else read, validate=False,
-                             kernels=self.args.replay_kernels)
-            rs.count.copy_(torch.arange(batch, device=self.device) % L)  # staggered ring phases
+            rs = staggered_replay_state(shape, batch, L, self.device, read, self.args.replay_kernels)
         except Exception as e:  # noqa: BLE001
             return {"us": None, "why": _reason(e)}
         mem = rs.memory_report()
@@ -355,7 +365,6 @@ class Bench:
     def verify(self, name: str, shape: Shape, batch: int, T: int) -> dict:
         """Replay verify T (+ commit of all T) vs snapshot verify T (+ index commit) vs one standard step."""
         from ..families import get_family  # noqa: PLC0415
-        from ..runtime import ReplayState  # noqa: PLC0415
         from ..templates.snapshot import snapshot_commit, snapshot_table, snapshot_verify  # noqa: PLC0415
         fam = get_family(shape.family)
         x = draw_inputs(shape, batch, T, self.device, seed=batch + T)
@@ -382,10 +391,7 @@ class Bench:
         self.progress(f"{name} B={batch} verify T={T} replay")
         L = self.args.verify_window + T
         try:
-            rs = ReplayState(draw_state(shape, batch, self.device, seed=1), fam, L, layout=shape.layout,
-                             k_heads=shape.k_heads, validate=False, kernels=self.args.replay_kernels)
-            phases = max(L // T, 1)
-            rs.count.copy_((torch.arange(batch, device=self.device) % phases) * T)
+            rs = staggered_replay_state(shape, batch, L, self.device, kernels=self.args.replay_kernels, tokens=T)
 
             def replay():
                 rs.verify(*x)
