@@ -27,6 +27,26 @@ def random_canonical(family, batch, heads, head_k, head_v, k_heads, *, tokens=No
     return family.to_canonical(**native), state
 
 
+class NoisyOracleDrafter:
+    """Drafts the true greedy continuation ``truth [B, n]`` with ~30% of tokens corrupted (``t -> t + 1``),
+    so per-row acceptance counts vary from 0 to T; drafts past the end of ``truth`` are ``pad``.
+    Called as ``drafter(seqs, T)`` with each row's tokens so far (prompt of ``prompt_len`` included)."""
+
+    def __init__(self, truth: torch.Tensor, prompt_len: int, vocab: int, pad: int = 0, seed: int = 0):
+        self.truth, self.prompt_len, self.vocab, self.pad = truth, prompt_len, vocab, pad
+        self.gen = torch.Generator().manual_seed(seed)
+
+    def __call__(self, seqs, T: int) -> torch.Tensor:
+        out = []
+        for b, seq in enumerate(seqs):
+            done = len(seq) - self.prompt_len
+            good = self.truth[b, done:done + T].tolist()
+            good += [self.pad] * (T - len(good))
+            bad = (torch.rand(T, generator=self.gen) < 0.3).tolist()
+            out.append([(t + 1) % self.vocab if x else t for t, x in zip(good, bad)])
+        return torch.tensor(out)
+
+
 class StandardPool:
     """The oracle: each slot decoded by the standard recurrence, with verify snapshots and commit.
 

@@ -17,6 +17,7 @@ from transformers import DynamicCache  # noqa: E402
 import replay_compile  # noqa: E402
 from replay_compile.integrations import transformers as replay_tf  # noqa: E402
 from replay_compile.runtime import ReplayError  # noqa: E402
+from replay_compile.testing import NoisyOracleDrafter  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "models"))
 import tiny  # noqa: E402
@@ -48,31 +49,13 @@ def greedy_reference(model, ids, new_tokens):
     return torch.stack(toks, 1), torch.stack(lgs, 1)
 
 
-class NoisyOracle:
-    """Drafts the reference continuation with ~30% of tokens corrupted: per-row acceptance from 0 to T."""
-
-    def __init__(self, truth, prompt_len, seed=0):
-        self.truth, self.prompt_len = truth, prompt_len
-        self.gen = torch.Generator().manual_seed(seed)
-
-    def __call__(self, seqs, T):
-        out = []
-        for b, seq in enumerate(seqs):
-            done = len(seq) - self.prompt_len
-            good = self.truth[b, done:done + T].tolist()
-            good += [3] * (T - len(good))
-            bad = (torch.rand(T, generator=self.gen) < 0.3).tolist()
-            out.append([(t + 1) % tiny.VOCAB if x else t for t, x in zip(good, bad)])
-        return torch.tensor(out)
-
-
 def _check_speculative(family, device="cpu", kernels="torch", new_tokens=14, T=3, window=8):
     model = tiny.tiny_model(family).to(device)
     ids = tiny.prompts(3, 8, seed=1)[0].to(device)
     ref, ref_logits = greedy_reference(model, ids, new_tokens)
+    drafter = NoisyOracleDrafter(ref.cpu(), ids.shape[1], tiny.VOCAB, pad=3)
     with replay_tf.enable_replay(model, window=window, speculative=True, kernels=kernels) as replay:
-        toks, logits, stats = replay_tf.speculative_generate(model, replay, ids, new_tokens,
-                                                             NoisyOracle(ref.cpu(), ids.shape[1]), T)
+        toks, logits, stats = replay_tf.speculative_generate(model, replay, ids, new_tokens, drafter, T)
     assert torch.equal(toks, ref)
     tol = 1e-2 if device != "cpu" else 1e-3  # float32 reassociation (GPU: TF32 tensor-core dots in the kernels)
     torch.testing.assert_close(logits, ref_logits, rtol=tol, atol=tol)

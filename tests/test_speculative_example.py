@@ -6,6 +6,7 @@ import pytest
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
+from replay_compile.testing import NoisyOracleDrafter  # noqa: E402
 from replay_compile.toy import HybridLM  # noqa: E402
 import speculative_decoding  # noqa: E402
 from speculative_decoding import greedy, speculative  # noqa: E402
@@ -14,24 +15,6 @@ from speculative_decoding import greedy, speculative  # noqa: E402
 @pytest.fixture(autouse=True)
 def _one_thread(one_thread):
     yield
-
-
-class NoisyOracleDrafter:
-    """Drafts the true greedy continuation, corrupted at random: acceptance counts vary from 0 to T."""
-
-    def __init__(self, truth: torch.Tensor, prompt_len: int, vocab: int, seed=0):
-        self.truth, self.p, self.vocab = truth, prompt_len, vocab
-        self.g = torch.Generator().manual_seed(seed)
-
-    def __call__(self, seqs, T):
-        out = []
-        for b, seq in enumerate(seqs):
-            done = len(seq) - self.p
-            good = self.truth[b, done:done + T].tolist()
-            good += [0] * (T - len(good))
-            bad = torch.rand(T, generator=self.g) < 0.3
-            out.append([(t + 1) % self.vocab if x else t for t, x in zip(good, bad.tolist())])
-        return torch.tensor(out)
 
 
 def test_greedy_speculative_is_token_identical():
