@@ -48,6 +48,8 @@ from typing import Callable, Optional
 
 import torch
 
+from .kernels import _reason, _rel
+
 COLUMNS = ("eager", "compile", "replay", "replay-fp8", "no-recurrent")
 COMPILED = COLUMNS[1:]
 MODES = ("default", "reduce-overhead")
@@ -313,16 +315,6 @@ def compiled_forward(model, column: str, mode: str, window: int, min_batch: Opti
     if column == "replay-fp8":
         options["read_dtype"] = "fp8"
     return torch.compile(model.forward, backend="replayssm", dynamic=False, options=options)
-
-
-def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    a, b = a.detach().double(), b.detach().double()
-    return float((a - b).norm() / b.norm().clamp_min(1e-300))
-
-
-def _reason(e: Exception) -> str:
-    msg = str(e).splitlines()[0][:200] if str(e) else ""
-    return f"{type(e).__name__}: {msg}"
 
 
 # ------------------------------------------------------------------------------------------- bench
