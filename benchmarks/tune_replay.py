@@ -17,7 +17,7 @@ import sys
 
 import torch
 
-from replay_compile.bench.kernels import SHAPES, Timer, copy_bandwidth, draw_inputs, draw_state, io_bytes, \
+from replay_compile.bench.kernels import SHAPES, Timer, comma_list, copy_bandwidth, draw_inputs, draw_state, io_bytes, \
     record_bytes, replay_step_bytes, staggered_replay_state, state_bytes
 from replay_compile.families import get_family
 from replay_compile.runtime import triton_impl
@@ -26,15 +26,14 @@ from replay_compile.templates.standard import standard_step
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser()
-    lst = lambda conv: lambda s: [conv(v) for v in s.split(",") if v]  # noqa: E731
-    p.add_argument("--shapes", type=lst(str), default=["nemotron3-super-mamba2", "qwen3.5-122b-gdn", "kimi-linear-kda"])
-    p.add_argument("--batch", type=lst(int), default=[256])
-    p.add_argument("--read", type=lst(str), default=["none", "bf16", "fp8"])
-    p.add_argument("--window", type=lst(int), default=[16])
-    p.add_argument("--block-v", type=lst(int), default=[0])
-    p.add_argument("--warps", type=lst(int), default=[0])
-    p.add_argument("--maxnreg", type=lst(int), default=[0])
-    p.add_argument("--verify", type=lst(int), default=[])
+    p.add_argument("--shapes", type=comma_list(str), default=["nemotron3-super-mamba2", "qwen3.5-122b-gdn", "kimi-linear-kda"])
+    p.add_argument("--batch", type=comma_list(int), default=[256])
+    p.add_argument("--read", type=comma_list(str), default=["none", "bf16", "fp8"])
+    p.add_argument("--window", type=comma_list(int), default=[16])
+    p.add_argument("--block-v", type=comma_list(int), default=[0])
+    p.add_argument("--warps", type=comma_list(int), default=[0])
+    p.add_argument("--maxnreg", type=comma_list(int), default=[0])
+    p.add_argument("--verify", type=comma_list(int), default=[])
     p.add_argument("--out", default="tune.json")
     args = p.parse_args(argv)
     timer = Timer("cuda", 10, 30)

@@ -404,6 +404,11 @@ class Bench:
         return row
 
 
+def comma_list(conv: Callable):
+    """An argparse ``type``: ``"a,b,,c"`` -> ``[conv("a"), conv("b"), conv("c")]``."""
+    return lambda s: [conv(v) for v in s.split(",") if v]
+
+
 def _reason(e: Exception) -> str:
     msg = str(e).splitlines()[0][:200] if str(e) else ""
     return f"{type(e).__name__}: {msg}"
@@ -421,20 +426,19 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
 # ------------------------------------------------------------------------------------------- driver
 def parse_args(argv):
     p = argparse.ArgumentParser(prog="replayssm bench kernels", description=__doc__.splitlines()[0])
-    lst = lambda conv: lambda s: [conv(v) for v in s.split(",") if v]  # noqa: E731
-    p.add_argument("--shapes", type=lst(str), help=f"comma list of {', '.join(SHAPES)} (default: all)")
-    p.add_argument("--batch", type=lst(int), help=f"batch sizes (default {FULL['batch']})")
-    p.add_argument("--window", type=lst(int), help=f"replay windows L (default {FULL['window']})")
-    p.add_argument("--read", type=lst(str), help=f"read-copy formats, 'none' = fp32 (default {FULL['read']})")
-    p.add_argument("--verify", type=lst(int), help=f"draft lengths T (default {FULL['verify']}); 0 skips verify")
+    p.add_argument("--shapes", type=comma_list(str), help=f"comma list of {', '.join(SHAPES)} (default: all)")
+    p.add_argument("--batch", type=comma_list(int), help=f"batch sizes (default {FULL['batch']})")
+    p.add_argument("--window", type=comma_list(int), help=f"replay windows L (default {FULL['window']})")
+    p.add_argument("--read", type=comma_list(str), help=f"read-copy formats, 'none' = fp32 (default {FULL['read']})")
+    p.add_argument("--verify", type=comma_list(int), help=f"draft lengths T (default {FULL['verify']}); 0 skips verify")
     p.add_argument("--verify-window", type=int, default=16, help="verify rows use L = this + T (default 16)")
-    p.add_argument("--verify-batch", type=lst(int), help="batch sizes of verify rows (default: 256 if measured, "
+    p.add_argument("--verify-batch", type=comma_list(int), help="batch sizes of verify rows (default: 256 if measured, "
                                                          "else the largest)")
-    p.add_argument("--columns", type=lst(str), default=list(COLUMNS), help=f"subset of {','.join(COLUMNS)}")
+    p.add_argument("--columns", type=comma_list(str), default=list(COLUMNS), help=f"subset of {','.join(COLUMNS)}")
     p.add_argument("--quick", action="store_true", help=f"a ~4 minute GPU run: batch/L/read/T = {QUICK}")
     p.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU in seconds (CI)")
     p.add_argument("--tune", action="store_true", help="also sweep our standard kernel's (block_v, num_warps)")
-    p.add_argument("--tune-batch", type=lst(int), help="batch sizes of the sweep (default: the verify batches)")
+    p.add_argument("--tune-batch", type=comma_list(int), help="batch sizes of the sweep (default: the verify batches)")
     p.add_argument("--timing", choices=("graph", "direct"), default="graph",
                    help="CUDA: time CUDA-graph replays (default) or direct calls, both with do_bench")
     p.add_argument("--replay-kernels", choices=("triton", "torch"), help="ReplayState kernels for 'ours' "

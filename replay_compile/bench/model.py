@@ -48,7 +48,7 @@ from typing import Callable, Optional
 
 import torch
 
-from .kernels import _reason, _rel
+from .kernels import _dump, _reason, _rel, comma_list
 
 COLUMNS = ("eager", "compile", "replay", "replay-fp8", "no-recurrent")
 COMPILED = COLUMNS[1:]
@@ -380,7 +380,8 @@ class Bench:
                 self.progress(f"{name} B={batch} {key}")
                 row["cells"][key] = self.measure(model, spec, decode, column, mode, reference)
                 row["recurrent_share"] = recurrent_shares(row["cells"])
-                _dump(results, args.out)  # a run cut short keeps what it measured
+                if args.out:
+                    _dump(results, args.out)  # a run cut short keeps what it measured
         del decode
         _free(args.device)
 
@@ -480,13 +481,6 @@ def plot(results: dict, path: str) -> Optional[str]:
     return None
 
 
-def _dump(results: dict, path: Optional[str]) -> None:
-    if path:
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        with open(path, "w") as f:
-            json.dump(results, f, indent=1)
-
-
 def _meta(args, argv) -> dict:
     dev = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
     import transformers  # noqa: PLC0415
@@ -501,11 +495,10 @@ def _meta(args, argv) -> dict:
 # ------------------------------------------------------------------------------------------- driver
 def parse_args(argv):
     p = argparse.ArgumentParser(prog="replayssm bench model", description=__doc__.splitlines()[0])
-    lst = lambda conv: lambda s: [conv(v) for v in s.split(",") if v]  # noqa: E731
-    p.add_argument("--models", type=lst(str), default=list(SPECS), help=f"comma list of {', '.join(SPECS)}")
-    p.add_argument("--batch", type=lst(int), help=f"batch sizes (default {','.join(map(str, BATCHES))})")
-    p.add_argument("--columns", type=lst(str), default=list(COLUMNS), help=f"subset of {','.join(COLUMNS)}")
-    p.add_argument("--modes", type=lst(str), help="compiled columns' modes: default,reduce-overhead "
+    p.add_argument("--models", type=comma_list(str), default=list(SPECS), help=f"comma list of {', '.join(SPECS)}")
+    p.add_argument("--batch", type=comma_list(int), help=f"batch sizes (default {','.join(map(str, BATCHES))})")
+    p.add_argument("--columns", type=comma_list(str), default=list(COLUMNS), help=f"subset of {','.join(COLUMNS)}")
+    p.add_argument("--modes", type=comma_list(str), help="compiled columns' modes: default,reduce-overhead "
                                                   "(default: both on CUDA, default on the CPU)")
     p.add_argument("--context", type=int, help=f"prefilled tokens (default {REAL['context']})")
     p.add_argument("--prefill-chunk", type=int, help=f"tokens per prefill call (default {REAL['prefill_chunk']})")
