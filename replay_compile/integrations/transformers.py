@@ -72,6 +72,7 @@ from ..ops import registry, site_config
 from ..ops.replay_ops import advance
 from ..options import ReplayOptions
 from ..runtime import ReplayError
+from ..runtime.state import accepted_counts
 
 log = logging.getLogger("replay_compile")
 
@@ -418,13 +419,7 @@ def _kept_conv_window(layer, before: torch.Tensor, n_accepted) -> torch.Tensor:
     full, kernel, old_len = layer.conv_states[0], layer.conv_kernel_size[0], before.shape[-1]
     B, C, total = full.shape
     T = total - old_len if total > old_len else 1
-    n = torch.as_tensor(n_accepted, device=full.device)
-    n = n.expand(B) if n.dim() == 0 else n
-    if n.shape != (B,) or n.dtype.is_floating_point or n.dtype == torch.bool:
-        raise ReplayError(f"n_accepted must be an int or an integer tensor of shape [{B}], "
-                          f"got {tuple(n.shape)} {n.dtype}")
-    if bool(((n < 0) | (n > T)).any()):
-        raise ReplayError(f"n_accepted must lie in [0, T={T}], got {n.tolist()}")
+    n = accepted_counts(n_accepted, B, T, full.device)
     if total == old_len:
         return torch.where(n[:, None, None] > 0, full, before).contiguous()
     padded = F.pad(full, (kernel, 0))  # zero history for rows shorter than the kernel

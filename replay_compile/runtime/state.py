@@ -195,7 +195,7 @@ class ReplayState:
             raise ReplayError("commit without a pending verify")
         slots, T = self._pending
         B = self.num_slots if slots is None else slots.shape[0]
-        n = self._accepted_counts(n_accepted, B, T)
+        n = accepted_counts(n_accepted, B, T, self.count.device, check_range=self._checking())
         self._check_slots(slots, B)
         self.impl.commit(self, n, slots)
         self._pending = None
@@ -240,23 +240,6 @@ class ReplayState:
     def read_view(self, t: torch.Tensor) -> torch.Tensor:
         """``t`` (a state-shaped tensor) in the read copy's value-major orientation ``[..., V, K]``."""
         return t.transpose(-1, -2) if self.layout == "kv" else t
-
-    def _accepted_counts(self, n_accepted, B: int, T: int) -> torch.Tensor:
-        """``n_accepted`` as a ``[B]`` device tensor. A Python int becomes a fill kernel, not a host copy,
-        so a committing op can run inside a CUDA-graph capture."""
-        if isinstance(n_accepted, int) and not isinstance(n_accepted, bool):
-            if not 0 <= n_accepted <= T:
-                raise ReplayError(f"n_accepted must lie in [0, T={T}], got {n_accepted}")
-            return torch.full((B,), n_accepted, dtype=torch.int64, device=self.count.device)
-        n = torch.as_tensor(n_accepted, device=self.count.device)
-        if n.dim() == 0:
-            n = n.expand(B)
-        if n.shape != (B,) or n.dtype.is_floating_point or n.dtype == torch.bool:
-            raise ReplayError(f"n_accepted must be an integer or an integer tensor of shape [{B}], got "
-                              f"{tuple(n.shape)} {n.dtype}")
-        if self._checking() and bool(((n < 0) | (n > T)).any()):
-            raise ReplayError(f"n_accepted must lie in [0, T={T}], got {n.tolist()}")
-        return n
 
     def _advance(self, x: Canonical, slots, *, commit, force_flush):
         self._check_inputs(x)
@@ -380,6 +363,27 @@ def _select_impl(kernels: str, device: torch.device):
         return reference
     from . import triton_impl  # noqa: PLC0415  (imports triton)
     return triton_impl
+
+
+def accepted_counts(n_accepted, B: int, T: int, device, check_range: bool = True) -> torch.Tensor:
+    """``n_accepted`` (an int, or an integer tensor ``[B]`` or scalar) as a ``[B]`` tensor on ``device``.
+
+    A Python int becomes a fill kernel, not a host copy, so a committing op can run inside a CUDA-graph
+    capture; ``check_range`` (a host sync for tensors) checks ``0 <= n <= T``.
+    """
+    if isinstance(n_accepted, int) and not isinstance(n_accepted, bool):
+        if not 0 <= n_accepted <= T:
+            raise ReplayError(f"n_accepted must lie in [0, T={T}], got {n_accepted}")
+        return torch.full((B,), n_accepted, dtype=torch.int64, device=device)
+    n = torch.as_tensor(n_accepted, device=device)
+    if n.dim() == 0:
+        n = n.expand(B)
+    if n.shape != (B,) or n.dtype.is_floating_point or n.dtype == torch.bool:
+        raise ReplayError(f"n_accepted must be an integer or an integer tensor of shape [{B}], got "
+                          f"{tuple(n.shape)} {n.dtype}")
+    if check_range and bool(((n < 0) | (n > T)).any()):
+        raise ReplayError(f"n_accepted must lie in [0, T={T}], got {n.tolist()}")
+    return n
 
 
 def as_slots(slots: Union[None, Sequence[int], torch.Tensor], device) -> Optional[torch.Tensor]:
