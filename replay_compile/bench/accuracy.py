@@ -42,11 +42,11 @@ PAIRS = (("bf16", "bf16 state", "ckpt fp32 + bf16 read"), ("fp8", "fp8 state", "
 
 
 class StandardVariant:
-    """Standard recurrence whose state is stored in ``store`` (None: fp32) after every token."""
+    """Standard recurrence whose state is stored in ``store`` (None: ``dtype``) after every token."""
 
-    def __init__(self, state, delta, store=None):
+    def __init__(self, state, delta, store=None, dtype=torch.float32):
         self.delta, self.fmt = delta, quant.read_format(store)
-        self.S = state.float().clone()
+        self.S = state.to(dtype).clone()
         self.parts = None if self.fmt is None else self.fmt.quantize(self.S)
 
     def step(self, x):
