@@ -27,6 +27,18 @@ def random_canonical(family, batch, heads, head_k, head_v, k_heads, *, tokens=No
     return family.to_canonical(**native), state
 
 
+class StateLayer(torch.nn.Module):
+    """Simple GLA with its state ``[B, H, K, V]`` as a buffer, written in place (CUDA-graph friendly)."""
+
+    def __init__(self, state: torch.Tensor):
+        super().__init__()
+        self.register_buffer("state", state)
+
+    def forward(self, q, k, v, g):
+        self.state.mul_(torch.exp(g)[..., None, None]).add_(torch.einsum("bhk,bhv->bhkv", k, v))
+        return torch.einsum("bhkv,bhk->bhv", self.state, q)
+
+
 class NoisyOracleDrafter:
     """Drafts the true greedy continuation ``truth [B, n]`` with ~30% of tokens corrupted (``t -> t + 1``),
     so per-row acceptance counts vary from 0 to T; drafts past the end of ``truth`` are ``pad``.

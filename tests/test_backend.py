@@ -13,7 +13,7 @@ import torch
 import replay_compile
 from replay_compile import get_family
 from replay_compile.ops import registry
-from replay_compile.testing import rel_rms
+from replay_compile.testing import StateLayer, rel_rms
 
 FAST = dict(inductor=False)
 SHAPE = dict(batch=2, heads=4, head_k=5, head_v=3, k_heads=2)
@@ -275,7 +275,7 @@ def test_rewritten_graph_keeps_dynamo_metadata(monkeypatch):
         return gm.forward
 
     monkeypatch.setattr(backend, "compile_rest", rest)
-    layer = _StateBuffer(torch.randn(3, 2, 5, 4))
+    layer = StateLayer(torch.randn(3, 2, 5, 4))
     x = (torch.randn(3, 2, 5), torch.randn(3, 2, 5), torch.randn(3, 2, 4), -torch.rand(3, 2))
     torch.compile(layer, backend="replayssm", options={"min_batch": 1, "inductor": False})(*x)
     gm = seen["gm"]
@@ -285,16 +285,6 @@ def test_rewritten_graph_keeps_dynamo_metadata(monkeypatch):
     assert all(hasattr(n, "_dynamo_source") for n in placeholders)
     assert [n.meta["tensor_dict"].get("_dynamo_static_input_type") is not None for n in placeholders] == \
         [n.name.endswith("state_") for n in placeholders]
-
-
-class _StateBuffer(torch.nn.Module):
-    def __init__(self, state):
-        super().__init__()
-        self.register_buffer("state", state)
-
-    def forward(self, q, k, v, g):
-        self.state.mul_(torch.exp(g)[..., None, None]).add_(torch.einsum("bhk,bhv->bhkv", k, v))
-        return torch.einsum("bhkv,bhk->bhv", self.state, q)
 
 
 def test_advance_op_passes_opcheck():

@@ -24,7 +24,7 @@ import torch
 
 import replay_compile
 from replay_compile.ops import registry, scoped_registry
-from replay_compile.testing import rel_rms
+from replay_compile.testing import StateLayer, rel_rms
 from replay_compile.toy.hybrid_lm import HybridLM
 
 TOL = 1e-5
@@ -173,18 +173,6 @@ def test_gpu_toy_lm_decode_recompile_matches_eager(mode):
 @pytest.mark.gpu
 def test_gpu_toy_lm_prefill_and_unrewritten_chunked_writer():
     prefill_and_chunked_writer("cuda")
-
-
-class StateLayer(torch.nn.Module):
-    """Simple GLA with its state as a buffer, written in place (CUDA-graph friendly)."""
-
-    def __init__(self, state: torch.Tensor):
-        super().__init__()
-        self.register_buffer("state", state)
-
-    def forward(self, q, k, v, g):
-        self.state.mul_(torch.exp(g)[..., None, None]).add_(torch.einsum("bhk,bhv->bhkv", k, v))
-        return torch.einsum("bhkv,bhk->bhv", self.state, q)
 
 
 def small_inputs(gen, device, B=9, H=4, K=16, V=8):
