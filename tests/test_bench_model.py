@@ -38,7 +38,7 @@ def test_decode_step_after_chunked_prefill_matches_full_forward(name):
     """The timed step is a real decode step: prefilled in chunks into the static cache, its logits equal
     those of one cache-free forward over the whole prompt (fp32)."""
     spec = bench_model.SPECS[name]
-    bench_model.bind_torch_paths([spec])
+    bench_model.bind_torch_paths([spec.module])
     model = bench_model.build_model(spec, smoke=True, device="cpu", dtype=torch.float32)
     decode = bench_model.DecodeCache(model, batch=2, context=12, prefill_chunk=5, headroom=4, device="cpu")
     prompt = torch.randint(3, model.config.vocab_size, (2, 13), generator=torch.Generator().manual_seed(1))
@@ -58,7 +58,7 @@ def test_decode_step_after_chunked_prefill_matches_full_forward(name):
 def test_prefill_of_some_rows_tiled_over_the_batch(name):
     """A batch prefilled from 2 rows (tiled to 4): rows 2, 3 decode their own token on rows 0, 1's context."""
     spec = bench_model.SPECS[name]
-    bench_model.bind_torch_paths([spec])
+    bench_model.bind_torch_paths([spec.module])
     model = bench_model.build_model(spec, smoke=True, device="cpu", dtype=torch.float32)
     decode = bench_model.DecodeCache(model, batch=4, context=12, prefill_chunk=5, headroom=4, device="cpu",
                                      prefill_rows=2)

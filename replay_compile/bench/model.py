@@ -70,6 +70,10 @@ class ModelSpec:
     real: dict
     smoke: dict
 
+    @property
+    def module(self) -> str:
+        return f"transformers.models.{self.modeling}"
+
 
 def _common(hidden, layers):
     return dict(vocab_size=VOCAB, hidden_size=hidden, num_hidden_layers=layers, tie_word_embeddings=False,
@@ -143,15 +147,14 @@ def hidden_packages(names):
                 sys.modules[name] = module
 
 
-def bind_torch_paths(specs) -> bool:
-    """Import the models' modeling modules with the kernel packages hidden; False if already imported.
+def bind_torch_paths(modules) -> bool:
+    """Import the modeling ``modules`` (names) with the kernel packages hidden; False if one was imported before.
 
     transformers binds a recurrence to flash-linear-attention / mamba_ssm kernels when they are
     importable, at module import. An opaque kernel leaves ``replayssm`` nothing to rewrite, so by
     default the stacks run the models' torch code (``--library-kernels`` keeps the packages).
     """
     import importlib  # noqa: PLC0415
-    modules = [f"transformers.models.{spec.modeling}" for spec in specs]
     if any(name in sys.modules for name in modules):
         return False
     with hidden_packages(LIBRARY_KERNELS):  # `import fla` now fails
@@ -571,7 +574,7 @@ def main(argv=None) -> int:
         return 0
     if args.device == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before any replay kernel imports triton
-    if not args.library_kernels and not bind_torch_paths([SPECS[m] for m in args.models]):
+    if not args.library_kernels and not bind_torch_paths([SPECS[m].module for m in args.models]):
         print("note: transformers modeling modules were imported before; kernel packages not hidden", file=sys.stderr)
     bench = Bench(args)
     per_row = 1 + sum(len({"default", *args.modes}) if c == "eager" else len(args.modes) for c in args.columns)

@@ -16,13 +16,10 @@ MiniMax has no dense option, so its tiny model keeps a 4-expert MoE.
 Requires transformers 5.x (written against 5.17.0).
 """
 
-import importlib
-import sys
-
 import torch
 import transformers
 
-from replay_compile.bench.model import LIBRARY_KERNELS, hidden_packages
+from replay_compile.bench.model import bind_torch_paths
 
 VOCAB = 96
 PAD_ID, BOS_ID, EOS_ID = 0, 1, 2
@@ -193,21 +190,11 @@ FAMILIES = tuple(BUILDERS)
 MODELING_MODULES = [f"transformers.models.{f}.modeling_{f}" for f in FAMILIES]
 
 
-def _bind_torch_paths():
-    """Import the modeling modules while the kernel packages are hidden, so the models run their torch code.
-
-    Why: transformers binds a model's recurrence to flash-linear-attention / mamba_ssm kernels when
-    they are importable (the GPU machine has fla). An opaque kernel has no recurrence for the backend
-    to rewrite; these tests check the torch spellings. The choice is made once, at module import.
-    """
-    if any(name in sys.modules for name in MODELING_MODULES):
-        return  # bound already; a library kernel in use shows up as a missing rewrite in test_generate_replay
-    with hidden_packages(LIBRARY_KERNELS):
-        for name in MODELING_MODULES:
-            importlib.import_module(name)
-
-
-_bind_torch_paths()
+# The models run their torch code: transformers binds a recurrence to flash-linear-attention / mamba_ssm
+# kernels when they are importable (the GPU machine has fla), at module import, and an opaque kernel has no
+# recurrence for the backend to rewrite. If a modeling module was imported before, a library kernel in use
+# shows up as a missing rewrite in test_generate_replay.
+bind_torch_paths(MODELING_MODULES)
 
 
 def tiny_config(family, **overrides):
