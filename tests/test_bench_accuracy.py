@@ -38,3 +38,10 @@ def test_accuracy_hf_smoke(tmp_path, model):
     assert abs(kl["fp32 standard"]) < 1e-12 < kl["bf16 state"]  # fp32 tracks float64; bf16 storage does not
     assert kl["ckpt fp32 + fp8 read"] < kl["fp8 state"]
     assert rep["targets"]
+
+
+def test_kl_gain_counts_a_diverged_pure_state_as_lost():
+    from replay_compile.bench.accuracy import kl_gain
+    assert kl_gain(2e-3, 1e-4) == pytest.approx(20)
+    assert kl_gain(float("nan"), 3e-2) == float("inf")  # a 4-bit state overflows; the split read does not
+    assert kl_gain(float("inf"), float("nan")) == 0.0     # a diverged split read never passes

@@ -133,3 +133,22 @@ def test_family_enabled_resolves_aliases():
     o = ReplayOptions.from_dict({"families": ["gdn"]})
     assert o.family_enabled("gated_deltanet") and o.family_enabled("gdn") and not o.family_enabled("mamba2")
     assert ReplayOptions().family_enabled("kda")
+
+
+@pytest.mark.parametrize("options,rejected", [
+    (dict(), True),                    # the cost model: a standard step beats replay at a small CUDA batch
+    (dict(min_batch=2), False),        # the user's threshold replaces the cost model
+    (dict(speculative=True), False),   # commit needs the replay form whatever the batch
+])
+def test_small_batch_cost_model(options, rejected):
+    from types import SimpleNamespace
+
+    from replay_compile.passes import COST_MODEL_MIN_BATCH_CUDA, Rejected, _policy
+    batch = COST_MODEL_MIN_BATCH_CUDA - 1
+    site = SimpleNamespace(sizes={"b": batch}, tokens=1)
+    state = SimpleNamespace(meta={"example_value": SimpleNamespace(device=torch.device("cuda"), dtype=torch.float32)})
+    if rejected:
+        with pytest.raises(Rejected, match="cost model"):
+            _policy(site, state, ReplayOptions(**options), n_accepted=0)
+    else:
+        _policy(site, state, ReplayOptions(**options), n_accepted=0)

@@ -46,6 +46,7 @@ def soak(family, steps, batch, n_slots, window, recycle_every, seed, read_dtype=
                 poisoned.add(int(slots[b]))
         dev_x = Canonical(*(None if f is None else f.float().to(DEVICE) for f in x))
         o = rs.verify(*dev_x, slots=slots.to(DEVICE)).cpu()
+        del dev_x  # the inputs' device copies die here: what stays allocated is the state's own
         o_ref = oracle.verify(x, slots)
         n = torch.randint(0, T + 1, (batch,), generator=g)
         rs.commit(n.to(DEVICE))
@@ -62,6 +63,7 @@ def soak(family, steps, batch, n_slots, window, recycle_every, seed, read_dtype=
             rs.reset(victims)
             oracle.reset(victims)
             poisoned.clear()
+            assert mem0 is None or torch.cuda.memory_allocated() <= mem0, t  # no growth while decoding
     rs.materialize()
     ok = [s for s in range(n_slots) if s not in poisoned]
     assert rel_rms(rs.state.cpu()[ok], oracle.state[ok]) <= tol

@@ -180,6 +180,14 @@ def _summarize(hist, names):
             for i, name in enumerate(names)}
 
 
+def kl_gain(pure: float, split: float) -> float:
+    """How many times lower the split precision's KL is than the pure state's. A pure state that diverged
+    (non-finite KL: a 4-bit state does within a few thousand tokens) loses to any finite split: inf."""
+    if not math.isfinite(split):
+        return 0.0
+    return pure / max(split, 1e-300) if math.isfinite(pure) else math.inf
+
+
 def _targets(name, res, fam):
     """The issue's targets on long-memory heads, as (description, value, ok) rows."""
     long = {v: res[v]["long"] for v in res}
@@ -191,7 +199,7 @@ def _targets(name, res, fam):
         rows.append((f"{split}: err {last} / err {first} <= 1.5", ratio, ratio <= 1.5))
     late = [t for t in ts if t >= 65536] or [last]
     for fmt, pure, split in PAIRS:
-        gain = min(long[pure][t]["kl"] / max(long[split][t]["kl"], 1e-30) for t in late)
+        gain = min(kl_gain(long[pure][t]["kl"], long[split][t]["kl"]) for t in late)
         rows.append((f"KL {pure} / KL {split} at >= {late[0]} >= 20", gain, gain >= 20))
     if fam.decay == "scalar" and not fam.delta:
         kl = long["ckpt fp32 + fp4 read"][last]["kl"]

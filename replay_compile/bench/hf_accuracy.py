@@ -20,7 +20,7 @@ import time
 import torch
 
 from ..families.base import Canonical, kv_view
-from .accuracy import PAIRS, ReplayVariant, StandardVariant, _checkpoints
+from .accuracy import PAIRS, ReplayVariant, StandardVariant, _checkpoints, kl_gain
 
 VOCAB, BOS = 512, 1
 REFERENCE = "float64 reference"
@@ -176,7 +176,7 @@ def _targets(res) -> list:
     for _, pure, split in PAIRS:
         flat = res[split][last]["kl"] / max(res[split][first]["kl"], 1e-300)
         rows.append((f"{split}: KL {last} / KL {first} <= 1.5", flat, flat <= 1.5))
-        gain = res[pure][last]["kl"] / max(res[split][last]["kl"], 1e-300)
+        gain = kl_gain(res[pure][last]["kl"], res[split][last]["kl"])
         rows.append((f"KL {pure} / KL {split} at {last} >= 20", gain, gain >= 20))
     return rows
 

@@ -136,7 +136,9 @@ def _policy(site, P, options, n_accepted: int) -> None:
     dev = P.meta["example_value"].device
     if options.min_batch is not None and batch < options.min_batch:
         raise Rejected("small_batch", f"batch {batch} < min_batch={options.min_batch}")
-    if options.min_batch is None and dev.type == "cuda" and batch < COST_MODEL_MIN_BATCH_CUDA:
+    # speculative mode is exempt: its caller commits per-row counts, which only the replay form can take
+    small = options.min_batch is None and not options.speculative and dev.type == "cuda"
+    if small and batch < COST_MODEL_MIN_BATCH_CUDA:
         raise Rejected("small_batch", f"batch {batch}: the standard step is faster below "
                                       f"{COST_MODEL_MIN_BATCH_CUDA} (cost model; set min_batch to override)")
     if options.fuel is not None and n_accepted >= options.fuel:

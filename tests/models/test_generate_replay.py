@@ -49,6 +49,9 @@ RECURRENCES = {
 # eager's is, and one flipped rounding then propagates through the later layers.
 LOGIT_TOL = {torch.float32: 1e-4, torch.bfloat16: 3e-2}
 STATE_TOL = {torch.float32: 1e-4, torch.bfloat16: 3e-2}
+# The Triton kernels on the H200 sum in another order at every step: qwen3_next fp32 reached 1.03e-4 at step 49
+# (2026-12-02). A 1e-3 state error still moves the logits by more than twice this (test below).
+LOGIT_TOL_TRITON_FP32 = 2e-4
 PROMPT_LEN, MORE_LEN, LEFT_PAD = 7, 5, 3
 CPU_OPTIONS = dict(inductor=False, min_batch=1)
 GPU_OPTIONS = dict(min_batch=1)  # min_batch: the GPU cost model would keep batch < 8 standard
@@ -137,10 +140,11 @@ def assert_states_match(replay_states, eager_states, rows, dtype, when):
         assert err <= STATE_TOL[dtype], f"layer {layer} {when}: state rel-RMS {err:.2e}"
 
 
-def assert_generation_matches(replay, eager, dtype):
+def assert_generation_matches(replay, eager, dtype, tol=None):
     """Both generations and the states of ``replay`` (a compiled run) against ``eager``: every row
-    until its first tie; at least half of all steps must have been compared."""
-    tol = LOGIT_TOL[dtype]
+    until its first tie; at least half of all steps must have been compared. ``tol``: the per-step
+    logit tolerance, ``LOGIT_TOL[dtype]`` by default."""
+    tol = tol or LOGIT_TOL[dtype]
     rows = list(range(eager["seq"].shape[0]))
     rows, compared1 = compare_steps(replay["seq"], eager["seq"], replay["logits"], eager["logits"], tol, rows)
     assert_states_match(replay["states1"], eager["states1"], rows, dtype, "after the first generation")
@@ -176,7 +180,7 @@ def assert_every_recurrence_rewritten(report, family):
     assert not any(state.search(r.state) for r in report.rejected), str(report).split("\n\n")[0]
 
 
-def run_case(family, batch, dtype, new_tokens, more_tokens, device, options):
+def run_case(family, batch, dtype, new_tokens, more_tokens, device, options, tol=None):
     """The whole issue-5 check for one configuration."""
     eager_model = tiny_model(family, dtype=dtype, seed=3).to(device)
     eager = generate_twice(eager_model, batch, new_tokens, more_tokens, device)
@@ -186,7 +190,7 @@ def run_case(family, batch, dtype, new_tokens, more_tokens, device, options):
     model.forward = torch.compile(model.forward, backend="replayssm", options=options)
     replay = generate_twice(model, batch, new_tokens, more_tokens, device)
     assert replay_compile.counters[f"rewrite:{RECURRENCES[family][0]}"] >= len(RECURRENCES[family][1])
-    assert_generation_matches(replay, eager, dtype)
+    assert_generation_matches(replay, eager, dtype, tol)
 
 
 # ----------------------------------------------------------------------------------------- tests
@@ -209,7 +213,7 @@ def test_generation_matches_eager_triton_kernels(family, batch, dtype):
     fp32 weights (the tightest tolerance on the kernels) at batch 4 (left padding) only, to keep the GPU
     run near 2 minutes; bf16 goes through Inductor below, the rest of the matrix runs on the CPU."""
     run_case(family, batch, dtype, new_tokens=64, more_tokens=16, device="cuda",
-             options=dict(GPU_OPTIONS, inductor=False, kernels="triton"))
+             options=dict(GPU_OPTIONS, inductor=False, kernels="triton"), tol=LOGIT_TOL_TRITON_FP32)
 
 
 @pytest.mark.gpu
@@ -236,4 +240,4 @@ def test_tolerance_would_catch_a_state_error(family):
         with torch.no_grad():
             logits.append(model(input_ids=seq[:, -1:], attention_mask=step_mask, use_cache=True,
                                 **{cache_kw: perturbed}).logits)
-    assert rel_rms(logits[1], logits[0]) > 3 * LOGIT_TOL[torch.float32]
+    assert rel_rms(logits[1], logits[0]) > max(3 * LOGIT_TOL[torch.float32], 2 * LOGIT_TOL_TRITON_FP32)
