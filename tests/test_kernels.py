@@ -39,7 +39,7 @@ class Pair:
     """The same pool driven through the torch reference and the Triton kernels, compared after each call."""
 
     def __init__(self, family, *, B, H, Hk, K, V, L, layout="kv", dtype=torch.float32, read=None, sr=False,
-                 generator, long_memory=False, device=DEVICE):
+                 generator, long_memory=False, device=DEVICE, tiling=None):
         self.f, self.g, self.dims, self.dev, self.long = get_family(family), generator, (H, K, V, Hk), device, long_memory
         self.dtype = dtype
         _, st = random_canonical(self.f, B, H, K, V, Hk, dtype=torch.float32, generator=generator, layout=layout)
@@ -50,6 +50,7 @@ class Pair:
         for buf in self.tri.ring.values():  # garbage past every count must never be read
             buf.fill_(float("nan"))
         self.worst = 0.0
+        self.tiling = tiling or {}  # block_v / items overrides of templates.replay.tiling
 
     def inputs(self, B, T=None):
         H, K, V, Hk = self.dims
@@ -65,7 +66,8 @@ class Pair:
         o_ref = self.ref.impl.advance(self.ref, x, slots, commit=commit, force_flush=force_flush)
         out = poisoned_like(torch.empty(B, T, self.tri.num_heads, self.tri.head_v, dtype=self.tri.compute_dtype,
                                         device=self.dev))
-        o_tri = triton_impl.advance_into(self.tri, x, slots, out, commit=commit, force_flush=force_flush)
+        o_tri = triton_impl.advance_into(self.tri, x, slots, out, commit=commit, force_flush=force_flush,
+                                         **self.tiling)
         return o_ref, o_tri
 
     def step(self, slots=None, B=None, force_flush=False):
@@ -127,11 +129,11 @@ CI_LAYOUT = {"mamba2": "vk", "simple_gla": "kv", "gla": "kv", "deltanet": "vk", 
 DIMS = {"kv": (4, 2, 5, 3, 3), "vk": (2, 2, 4, 6, 5)}  # H, Hk, K, V, L: grouped heads, odd dims
 
 
-def _random_sequence(family, layout, seed):
+def _random_sequence(family, layout, seed, tiling=None):
     """Step / verify / commit / materialize / reset crossing flushes, with padding and per-row phases."""
     g = torch.Generator().manual_seed(seed)
     H, Hk, K, V, L = DIMS[layout]
-    p = Pair(family, B=3, H=H, Hk=Hk, K=K, V=V, L=L, layout=layout, generator=g)
+    p = Pair(family, B=3, H=H, Hk=Hk, K=K, V=V, L=L, layout=layout, generator=g, tiling=tiling)
     slots = torch.tensor([2, -1, 0, 1], device=DEVICE)  # a padding row, rows out of slot order
     p.step()
     p.step(slots=slots[:3])  # slot 1 is skipped: phases diverge
@@ -151,6 +153,13 @@ def _random_sequence(family, layout, seed):
 @pytest.mark.parametrize("family", FAMILIES)
 def test_steps_and_verify_match_reference(family):
     _random_sequence(family, CI_LAYOUT[family], seed=FAMILIES.index(family))
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_programs_serving_several_tiles(family):
+    """Value tiles of 2 columns, 3 (head, tile) pairs a program: programs loop over heads of a key group and
+    value tiles, and the last program of a unit has fewer pairs than the others (NOTE [key-group programs])."""
+    _random_sequence(family, "kv", seed=20 + FAMILIES.index(family), tiling=dict(block_v=2, items=3))
 
 
 @pytest.mark.slow

@@ -138,6 +138,8 @@ class ReplayState:
         self.count = torch.zeros(N, dtype=torch.int32, device=dev)
         self.flushes = torch.zeros(N, dtype=torch.int64, device=dev)
         self.nonfinite = torch.zeros(N, dtype=torch.bool, device=dev)
+        # the Triton kernels' per-row tickets (NOTE [the last program moves the cursors]), 0 between calls
+        self.tickets = torch.zeros(N, dtype=torch.int32, device=dev)
         self.read = None
         if self.read_format is not None:
             self.read = self.read_format.alloc(self.read_view(self.state).shape, dev)
@@ -158,7 +160,7 @@ class ReplayState:
         rep = {"checkpoint": nbytes([self.state]),
                "read_copy": nbytes(self.read.values()) if self.read else 0,
                "ring": nbytes(self.ring.values()),
-               "cursors": nbytes([self.count, self.flushes, self.nonfinite])}
+               "cursors": nbytes([self.count, self.flushes, self.nonfinite, self.tickets])}
         rep["total"] = sum(rep.values())
         rep["per_slot"] = rep["total"] / self.num_slots
         return rep

@@ -1,8 +1,8 @@
 """Triton implementation of the replay operations (same interface and semantics as ``reference.py``).
 
 ``advance`` runs one replay call (decode step, verify of T tokens, or the standard route with
-``force_flush``) as two launches: the replay template over (row, value head, value tile), then the
-per-row cursor kernel (``templates/cursors.py`` NOTE [why cursors move in a second launch]).
+``force_flush``) as one launch of the replay template, whose last program of each row moves the row's
+cursors (``templates/cursors.py`` NOTE [the last program moves the cursors]).
 ``commit`` is one tiny launch; ``materialize`` is the replay template with no tokens. Nothing here
 reads a device value on the host, so every operation can be captured in a CUDA graph.
 
@@ -23,7 +23,7 @@ from ..templates import replay
 
 def _buffers(rs) -> replay.ReplayBuffers:
     return replay.ReplayBuffers(state=rs.state, ring=rs.ring, read=rs.read, count=rs.count,
-                                flushes=rs.flushes, nonfinite=rs.nonfinite)
+                                flushes=rs.flushes, nonfinite=rs.nonfinite, tickets=rs.tickets)
 
 
 def _spec(rs) -> replay.ReplaySpec:
@@ -39,13 +39,15 @@ def _slots(slots: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
 
 def advance_into(rs, x: Canonical, slots, out: torch.Tensor, *, commit: bool, force_flush: bool,
                  block_v: Optional[int] = None, num_warps: Optional[int] = None,
-                 max_registers: Optional[int] = None) -> torch.Tensor:
-    """:func:`advance` writing into ``out [B, T, Hv, V]`` (contiguous, compute dtype)."""
+                 max_registers: Optional[int] = None, items: Optional[int] = None) -> torch.Tensor:
+    """:func:`advance` writing into ``out [B, T, Hv, V]`` (contiguous, compute dtype); the keywords override
+    ``templates.replay.tiling`` (tuning tools and tests)."""
     B, T = x.q.shape[:2]
     if out.shape != (B, T, rs.num_heads, rs.head_v) or out.dtype != rs.compute_dtype or not out.is_contiguous():
         raise ValueError(f"out must be a contiguous {rs.compute_dtype} tensor [{B}, {T}, {rs.num_heads}, {rs.head_v}]")
     replay.launch(_buffers(rs), _spec(rs), x, _slots(slots), out, commit=commit, force_flush=force_flush,
-                  materialize=False, block_v=block_v, num_warps=num_warps, max_registers=max_registers)
+                  materialize=False, block_v=block_v, num_warps=num_warps, max_registers=max_registers,
+                  items=items)
     return out
 
 

@@ -1,13 +1,15 @@
-"""Per-row phase of a replay call, and the tiny kernels that move the device cursors.
+"""Per-row phase of a replay call, and the cursor moves: a row's finalize (in the replay kernel) and the commit kernel.
 
-# NOTE [why cursors move in a second launch]
+# NOTE [the last program moves the cursors]
 Every program of a row reads the row's ``count`` and the ring's shared records (keys per key head,
 log-decays and betas per value head, read by every value tile). A pre-flushing row folds its old
 records and then writes its new ones over the same ring positions, so those shared writes and the
-cursor update must wait until every program of the row has read: ``finalize_kernel`` runs right
-after the replay kernel, one program per row. Tile-private records (``u``, raw ``v``) are written by
-the replay kernel itself. Both launches read the cursors on the device only: no host sync, and a
-CUDA graph replays them with fresh cursor values.
+cursor update must wait until every program of the row has read. Each program, when done, takes a
+ticket (``tickets[slot]``, an acq_rel atomic after a block barrier); the one that draws the last
+ticket has seen every other program of the row finish, writes the row's shared records, moves its
+cursors (``finalize_row``) and puts the ticket back to 0 for the next call. One launch per call, no
+host sync: a CUDA graph replays it with fresh cursor values. Tile-private records (``u``, raw ``v``)
+are written by the program that owns the tile.
 """
 from __future__ import annotations
 
@@ -61,16 +63,12 @@ def _copy_record(src, dst, live, ROWS: tl.constexpr, COLS: tl.constexpr, BR: tl.
 
 
 @triton.jit
-def finalize_kernel(k, log_a, beta, slots, ring_k, ring_la, ring_beta, count, flushes,
-                    T: tl.constexpr, L: tl.constexpr, HV: tl.constexpr, HK: tl.constexpr, K: tl.constexpr,
-                    BHV: tl.constexpr, BHK: tl.constexpr, BK: tl.constexpr,
-                    DECAY: tl.constexpr, RAW: tl.constexpr, COMMIT: tl.constexpr, FORCE: tl.constexpr,
-                    MATERIALIZE: tl.constexpr, HAS_SLOTS: tl.constexpr):
-    """One row: write its new shared records (k ``[T, HK, K]``, log_a, raw beta) and move its cursors."""
-    b = tl.program_id(0).to(tl.int64)
-    slot, live, c = load_row(slots, count, b, L, HAS_SLOTS)
-    pre, post, count0 = row_phase(c, live, T, L, COMMIT, FORCE, MATERIALIZE)
-    for t in range(T):
+def finalize_row(k, log_a, beta, ring_k, ring_la, ring_beta, count, flushes, b, slot, live, pre, post, count0,
+                 T: tl.constexpr, L: tl.constexpr, HV: tl.constexpr, HK: tl.constexpr, K: tl.constexpr,
+                 BHV: tl.constexpr, BHK: tl.constexpr, BK: tl.constexpr,
+                 DECAY: tl.constexpr, RAW: tl.constexpr, COMMIT: tl.constexpr):
+    """Row ``b``: write its new shared records (k ``[T, HK, K]``, log_a, raw beta) and move its cursors."""
+    for t in tl.static_range(T):
         pos = slot * L + count0 + t
         tok = b * T + t
         _copy_record(k + tok * HK * K, ring_k + pos * HK * K, live, HK, K, BHK, BK)

@@ -1,18 +1,28 @@
 """The replay decode template: one launch of it serves every row of a step, verify or materialize.
 
-One program owns one (row, value head, value tile): it loads its ``[K, BV]`` checkpoint tile once
-(or, on rows that do not flush, the read copy's tile), gathers the row's window of records
-(ring positions below the row's count, then this call's ``T`` tokens), computes the ``T`` outputs, and
-only on rows that flush folds the window (a rank-L update) and writes the checkpoint and read copy.
-Everything per row (flush or not, where the window ends) comes from the device cursors inside the
-kernel (``cursors.row_phase``): there is no host sync, so a step can be captured in a CUDA graph. A tiny
-per-row launch (``cursors.finalize_kernel``) follows it to move the cursors.
+A program owns one row and a run of (value head, value tile) pairs of one unit (NOTE [key-group
+programs]). Per pair it loads the ``[K, BV]`` checkpoint tile once (or, on rows that do not flush, the
+read copy's tile), computes the ``T`` outputs from it and the row's window of records (ring positions
+below the row's count, then this call's ``T`` tokens), and only on rows that flush folds the window (a
+rank-L update) and writes the checkpoint and read copy. Everything per row (flush or not, where the
+window ends) comes from the device cursors inside the kernel (``cursors.row_phase``): there is no host
+sync, so a call can be captured in a CUDA graph; the last program of a row moves its cursors (NOTE [the
+last program moves the cursors] in ``cursors.py``).
 
-Registers decide this kernel's speed (it is latency-bound at 4 programs per SM: ncu on the H200): the
-window the outputs read is held in registers (``[L, K]`` keys, ``[L, BV]`` updates), but flush folds
-re-read their records from memory (``_fold``, one record per iteration), so the flush path,
+Flush folds re-read their records from memory (``_fold``, one record per iteration), so the flush path,
 which only 1/L of rows take, costs few registers on the others (a ``tl.dot`` fold took the kernel to
 254 registers and 0.55-0.68x of the standard kernel on the H200). See NOTE [register cap].
+
+# NOTE [key-group programs]
+A token's read is ``S_p^T q = G * base^T q + sum_j w_j (k_j . q) u_j``. The dots ``k_j . q`` of the
+window's keys are the same for every value head of a key group and every value tile; only the weights
+``w_j`` (one number per record and head under scalar decay) and the updates ``u_j`` differ. A program
+therefore serves one unit (a key group; a value head under per-channel decay, whose weights are per key
+channel and enter the dots) and computes the ``[T, L]`` dots once (``_key_dots`` / ``_channel_dots``);
+then it loops over its (head, value tile) pairs, each costing the tile read and ``[L, BV]`` of updates.
+With one tile per program (the design before 2026-12-03) the ``[L, K]`` window was re-read and
+re-reduced by all 32 tiles of a Mamba-2 key group. ``tiling`` splits a unit over several programs
+while the grid would be small (batch 1), trading repeated dots for parallelism.
 
 Specialisation (constexpr): decay kind x delta rule (the family's ``template``), raw delta folds,
 read-copy format, layout (strides + ``LAYOUT_KV``), head dims, grouping, window ``L``, draft length
@@ -29,14 +39,14 @@ weights by its own decay and joins with weight 1 (running products: no cumulativ
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import torch
 import triton
 import triton.language as tl
 
 from ..families.base import Canonical
-from .cursors import commit_kernel, finalize_kernel, load_row, row_phase
+from .cursors import commit_kernel, finalize_row, load_row, row_phase
 from .readcopy import READ_CODES, load_read_tile, store_read_tile
 from .sround import SR_FORMATS, slot_seed, stochastic_round
 
@@ -56,27 +66,6 @@ def _ring(ring_row, stride, j, n, cols, col_mask, CD: tl.constexpr):
 def _ring1(ring_row, stride, j, n, CD: tl.constexpr):
     """``[BL]`` scalar ring records (per-head log-decay), as :func:`_ring`."""
     return tl.load(ring_row + j * stride, mask=j < n, other=0.0).to(CD)
-
-
-@triton.jit
-def _committed_weights(KW, LA, LA_NEXT, j, n, DECAY: tl.constexpr):
-    """``(G, KWn)`` of the ``n`` committed records: their total decay and keys decayed to position ``n - 1``."""
-    KWn = KW
-    G = 1.0
-    if DECAY == 1:
-        G = tl.exp(tl.sum(LA, 0))
-        KWn = KW * tl.exp(tl.cumsum(tl.where(j + 1 < n, LA_NEXT, 0.0), 0, reverse=True))[:, None]
-    elif DECAY == 2:
-        G = tl.exp(tl.sum(LA, 0))
-        KWn = KW * tl.exp(tl.cumsum(tl.where((j + 1 < n)[:, None], LA_NEXT, 0.0), 0, reverse=True))
-    return G, KWn
-
-
-@triton.jit
-def _read(base, G, KWp, Up, x):
-    """``S_p^T x`` ``[BV]`` for ``x [BK]``: ``base^T (G * x) + sum_i ((w_i * k_i) . x) u_i``."""
-    c = tl.sum(KWp * x[None, :], 1)
-    return tl.sum(base * (x * G)[:, None], 0) + tl.sum(c[:, None] * Up, 0)
 
 
 @triton.jit
@@ -141,6 +130,137 @@ def _fold_raw(S, rk, rla, rv, rbeta, xk, xla, xv, xbeta, n_ring, n_new, offs_k, 
 
 
 @triton.jit
+def _put_row(M, tt, t, x):
+    """``M`` with row ``t`` set to ``x`` (``M [BT, N]``, a small register matrix indexed by ``tt``)."""
+    return tl.where((tt == t)[:, None], x[None, :], M)
+
+
+@triton.jit
+def _get_row(M, tt, t):
+    """Row ``t`` of ``M [BT, N]``."""
+    return tl.sum(tl.where((tt == t)[:, None], M, 0.0), 0)
+
+
+@triton.jit
+def _tile_dot(base, x):
+    """``base^T x`` ``[BV]`` for the tile ``base [BK, BV]`` and ``x [BK]``."""
+    return tl.sum(base * x[:, None], 0)
+
+
+@triton.jit
+def _key_dots(rk, xq, xk, count0, j, tt, offs_k, mask_k, bad,
+              KS: tl.constexpr, T: tl.constexpr, BT: tl.constexpr, BL: tl.constexpr, DELTA: tl.constexpr,
+              CD: tl.constexpr):
+    """``(DQ, DK, bad)``: the window keys' dots with each token's query (and key), shared by a key group.
+
+    ``DQ[t, j] = k_j . q_t`` over window positions ``j <= count0 + t`` (the ring's records below ``count0``,
+    then the call's tokens; 0 beyond), ``DK`` likewise with ``k_t`` (delta rule). Scalar and no decay
+    only: their weights are one number per record and head, applied per head (NOTE [key-group programs]).
+    """
+    KW = _ring(rk, KS, j, count0, offs_k, mask_k, CD)
+    DQ = tl.zeros([BT, BL], CD)
+    DK = DQ
+    for t in tl.static_range(T):
+        q_t = tl.load(xq + t * KS + offs_k, mask=mask_k, other=0.0).to(CD)
+        k_t = tl.load(xk + t * KS + offs_k, mask=mask_k, other=0.0).to(CD)
+        bad = bad | _any_nonfinite(q_t) | _any_nonfinite(k_t)
+        KW = tl.where((j == count0 + t)[:, None], k_t[None, :], KW)
+        if DELTA:
+            DK = _put_row(DK, tt, t, tl.sum(KW * k_t[None, :], 1))
+        DQ = _put_row(DQ, tt, t, tl.sum(KW * q_t[None, :], 1))
+    return DQ, DK, bad
+
+
+@triton.jit
+def _channel_dots(rk, rla, xq, xk, xla, count0, j, tt, offs_k, mask_k, bad,
+                  KS: tl.constexpr, LS: tl.constexpr, T: tl.constexpr, BT: tl.constexpr, BL: tl.constexpr,
+                  BK: tl.constexpr, DELTA: tl.constexpr, CD: tl.constexpr):
+    """``(DQ, DK, GQ, GK, bad)`` of one value head with per-channel decay: the decay enters the dots.
+
+    ``DQ[t, j] = (w_j^(t) * k_j) . q_t`` with ``w_j^(t)`` the channel decays from record ``j`` to token
+    ``t`` (NOTE [window weights without differences]), and ``GQ[t] = G^(t) * q_t`` with ``G^(t)`` the
+    decay of the whole window: token ``t`` reads ``base^T GQ[t] + sum_j DQ[t, j] u_j``. ``DK``, ``GK``
+    likewise with ``k_t`` (delta rule: ``S_{p-1}`` decayed by ``a_p``).
+    """
+    KW = _ring(rk, KS, j, count0, offs_k, mask_k, CD)
+    LA = _ring(rla, LS, j, count0, offs_k, mask_k, CD)
+    LN = _ring(rla, LS, j + 1, count0, offs_k, mask_k, CD)
+    G = tl.exp(tl.sum(LA, 0))
+    KW = KW * tl.exp(tl.cumsum(tl.where((j + 1 < count0)[:, None], LN, 0.0), 0, reverse=True))
+    DQ = tl.zeros([BT, BL], CD)
+    DK = DQ
+    GQ = tl.zeros([BT, BK], CD)
+    GK = GQ
+    for t in tl.static_range(T):
+        q_t = tl.load(xq + t * KS + offs_k, mask=mask_k, other=0.0).to(CD)
+        k_t = tl.load(xk + t * KS + offs_k, mask=mask_k, other=0.0).to(CD)
+        la_t = tl.load(xla + t * LS + offs_k, mask=mask_k, other=0.0).to(CD)
+        bad = bad | _any_nonfinite(q_t) | _any_nonfinite(k_t) | _any_nonfinite(la_t)
+        a_t = tl.exp(la_t)
+        G = G * a_t
+        KW = tl.where((j == count0 + t)[:, None], k_t[None, :], KW * a_t[None, :])
+        if DELTA:
+            DK = _put_row(DK, tt, t, tl.sum(KW * k_t[None, :], 1))
+            GK = _put_row(GK, tt, t, G * k_t)
+        DQ = _put_row(DQ, tt, t, tl.sum(KW * q_t[None, :], 1))
+        GQ = _put_row(GQ, tt, t, G * q_t)
+    return DQ, DK, GQ, GK, bad
+
+
+@triton.jit
+def _tile_tokens(base, U, DQ, DK, GQ, GK, rla, xq, xk, xv, xla, xbeta, o_ptr, ru, rv, count0, j, tt,
+                 offs_k, mask_k, cols_v, mask_v, live, bad,
+                 KS: tl.constexpr, US: tl.constexpr, LS: tl.constexpr, HV: tl.constexpr, V: tl.constexpr,
+                 T: tl.constexpr, DECAY: tl.constexpr, DELTA: tl.constexpr, RAW: tl.constexpr, CD: tl.constexpr):
+    """The ``T`` outputs of one (head, value tile) from its base tile and window updates ``U [BL, BV]``.
+
+    Writes each token's output and its update record ``u`` (and raw ``v``); returns ``bad``. Per-head
+    weights ``W [BL]`` and total decay ``G`` are running products (NOTE [window weights without
+    differences]); with per-channel decay they are inside ``DQ`` / ``GQ`` already, so ``W`` only marks
+    the positions written so far and ``G`` is 1.
+    """
+    G = 1.0
+    W = tl.where(j < count0, 1.0, 0.0).to(CD)
+    if DECAY == 1:
+        G = tl.exp(tl.sum(_ring1(rla, LS, j, count0, CD), 0))
+        LN = _ring1(rla, LS, j + 1, count0, CD)
+        W = W * tl.exp(tl.cumsum(tl.where(j + 1 < count0, LN, 0.0), 0, reverse=True))
+    for t in tl.static_range(T):
+        p = count0 + t
+        v_t = tl.load(xv + t * US + cols_v, mask=mask_v, other=0.0).to(CD)
+        bad = bad | _any_nonfinite(v_t)
+        if DECAY == 1:
+            la_t = tl.load(xla + t * LS).to(CD)
+            bad = bad | _nonfinite(la_t)
+            a_t = tl.exp(la_t)
+            G = G * a_t
+            W = W * a_t
+        W = tl.where(j == p, 1.0, W)
+        u_t = v_t
+        if DELTA:  # U has no row >= p yet: the read is S_{p-1} decayed by a_p
+            if DECAY == 2:
+                xk_t = _get_row(GK, tt, t)
+            else:
+                xk_t = tl.load(xk + t * KS + offs_k, mask=mask_k, other=0.0).to(CD) * G
+            beta_t = tl.load(xbeta + t * HV).to(CD)
+            bad = bad | _nonfinite(beta_t)
+            c = _get_row(DK, tt, t) * W
+            u_t = beta_t * (v_t - _tile_dot(base, xk_t) - tl.sum(c[:, None] * U, 0))
+            if RAW:
+                tl.store(rv + p * US + cols_v, v_t, mask=mask_v & live)
+        U = tl.where((j == p)[:, None], u_t[None, :], U)
+        if DECAY == 2:
+            xq_t = _get_row(GQ, tt, t)
+        else:
+            xq_t = tl.load(xq + t * KS + offs_k, mask=mask_k, other=0.0).to(CD) * G
+        c = _get_row(DQ, tt, t) * W
+        o_t = _tile_dot(base, xq_t) + tl.sum(c[:, None] * U, 0)
+        tl.store(o_ptr + t * HV * V + cols_v, tl.where(live, o_t, 0.0), mask=mask_v)
+        tl.store(ru + p * US + cols_v, u_t, mask=mask_v & live)
+    return bad
+
+
+@triton.jit
 def _any_nonfinite(x):
     return tl.sum((~(tl.abs(x) < float("inf"))).to(tl.int32)) > 0
 
@@ -155,147 +275,142 @@ def replay_kernel(
     state, q, k, v, log_a, beta, out, slots,
     ring_k, ring_u, ring_la, ring_v, ring_beta,
     read_data, read_row_scale, read_block_scale,
-    count, flushes, nonfinite, seed,
+    count, flushes, nonfinite, tickets, seed,
     stride_sn, stride_sh, stride_sk, stride_sv,
-    T: tl.constexpr, L: tl.constexpr, BL: tl.constexpr, HV: tl.constexpr, GROUP: tl.constexpr,
-    K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+    T: tl.constexpr, L: tl.constexpr, BL: tl.constexpr, BT: tl.constexpr, HV: tl.constexpr, GROUP: tl.constexpr,
+    K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, ITEMS: tl.constexpr,
     DECAY: tl.constexpr, DELTA: tl.constexpr, RAW: tl.constexpr, READ: tl.constexpr, LAYOUT_KV: tl.constexpr,
     COMMIT: tl.constexpr, FORCE: tl.constexpr, MATERIALIZE: tl.constexpr, HAS_SLOTS: tl.constexpr,
     SR: tl.constexpr, SR_MANT: tl.constexpr, SR_EMIN: tl.constexpr, CD: tl.constexpr,
+    BHV: tl.constexpr, BHK: tl.constexpr,
 ):
-    """Row ``b``, value head ``h``, value tile ``vt`` of a replay call over ``T`` tokens.
+    """Row ``b``, unit ``u`` (a key group; a value head under per-channel decay), items ``[i0, i0 + ITEMS)``
+    of the unit's (value head, value tile) pairs, of a replay call over ``T`` tokens.
 
     Inputs (contiguous): ``q, k [B, T, HK, K]``, ``v [B, T, HV, V]``, ``log_a [B, T, HV(, K)]``,
     ``beta [B, T, HV]``; output ``out [B, T, HV, V]``. Ring (contiguous): ``k [N, L, HK, K]``,
     ``u / v [N, L, HV, V]``, ``log_a [N, L, HV(, K)]``, ``beta [N, L, HV]``. The checkpoint is addressed
     through its strides (``stride_sk / stride_sv`` step along keys / values, whatever the layout).
+    ``tickets [N]`` (int32, zero between calls): NOTE [the last program moves the cursors].
     """
     b = tl.program_id(0).to(tl.int64)
-    h = tl.program_id(1)
-    vt = tl.program_id(2)
+    unit = tl.program_id(1)
+    part = tl.program_id(2)
     HK: tl.constexpr = HV // GROUP
-    hk = h // GROUP
+    NVT: tl.constexpr = (V + BV - 1) // BV
+    HEADS: tl.constexpr = GROUP if DECAY < 2 else 1  # value heads of a unit
     slot, live, c = load_row(slots, count, b, L, HAS_SLOTS)
     pre, post, count0 = row_phase(c, live, T, L, COMMIT, FORCE, MATERIALIZE)
     flush = pre | post
 
     offs_k = tl.arange(0, BK)
-    offs_v = vt * BV + tl.arange(0, BV)
-    mask_k, mask_v = offs_k < K, offs_v < V
-    mask_kv = mask_k[:, None] & mask_v[None, :]
+    mask_k = offs_k < K
+    cols_v = tl.arange(0, BV)
     j = tl.arange(0, BL)
-    head = slot * HV + h
-    s_tile = state + slot * stride_sn + h * stride_sh + offs_k[:, None] * stride_sk + offs_v[None, :] * stride_sv
+    tt = tl.arange(0, BT)
     # per-position strides of records (ring and inputs alike)
     KS: tl.constexpr = HK * K
     US: tl.constexpr = HV * V
     LS: tl.constexpr = HV * K if DECAY == 2 else HV
     LW: tl.constexpr = K if DECAY == 2 else 1
+    h0 = unit * HEADS
+    hk = h0 // GROUP
     rk = ring_k + slot * L * KS + hk * K
-    ru = ring_u + slot * L * US + h * V + vt * BV
-    rv = ring_v + slot * L * US + h * V + vt * BV
-    rla = ring_la + slot * L * LS + h * LW
-    rbeta = ring_beta + slot * L * HV + h
     xq = q + b * T * KS + hk * K
     xk = k + b * T * KS + hk * K
-    xv = v + b * T * US + h * V + vt * BV
-    xla = log_a + b * T * LS + h * LW
-    xbeta = beta + b * T * HV + h
-    cols_v = tl.arange(0, BV)
-
-    # The tile's address does not depend on the row's count, so its load is in flight with the cursor load.
-    # Window records are loaded only below the count: ~(L-1)/2 of L on average (unmasked ring loads, tried
-    # on 2026-12-02, moved the Mamba-2 non-flush path from 363 to 491 us on the H200).
-    if READ > 0:  # one tile live at a time: non-flush rows keep the copy, flush rows swap in the exact tile
-        base = load_read_tile(read_data, read_row_scale, read_block_scale, head, offs_k, offs_v, mask_kv,
-                              True, K, V, BK, BV, READ, CD)
-        if flush:
-            base = tl.load(s_tile, mask=mask_kv, other=0.0).to(CD)
-    else:
-        base = tl.load(s_tile, mask=mask_kv, other=0.0).to(CD)
-
-    if pre:  # fold the committed records first (their ring positions are about to be reused)
-        if RAW:
-            base = _fold_raw(base, rk, rla, rv, rbeta, xk, xla, xv, xbeta, c, 0, offs_k, mask_k, cols_v, mask_v,
-                             KS, LS, US, HV, L, DECAY, CD)
-        else:
-            base = _fold(base, rk, rla, ru, xk, xla, c, c, offs_k, mask_k, cols_v, mask_v, KS, LS, US, L, DECAY, CD)
-    tl.debug_barrier()  # every old record is read before this row's new records overwrite them
-
-    # the committed window (records below count0), decayed to position count0 - 1; each new token then
-    # decays it once more and joins it (running products: one exp per token, not one per record)
-    KW = _ring(rk, KS, j, count0, offs_k, mask_k, CD)
-    U = _ring(ru, US, j, count0, cols_v, mask_v, CD)
-    LA = KW
-    LN = KW
-    if DECAY == 1:
-        LA = _ring1(rla, LS, j, count0, CD)
-        LN = _ring1(rla, LS, j + 1, count0, CD)
-    elif DECAY == 2:
-        LA = _ring(rla, LS, j, count0, offs_k, mask_k, CD)
-        LN = _ring(rla, LS, j + 1, count0, offs_k, mask_k, CD)
-    G, KWp = _committed_weights(KW, LA, LN, j, count0, DECAY)
 
     bad = live & (c < 0)
-    for t in tl.static_range(T):
-        p = count0 + t
-        q_t = tl.load(xq + t * KS + offs_k, mask=mask_k, other=0.0).to(CD)
-        k_t = tl.load(xk + t * KS + offs_k, mask=mask_k, other=0.0).to(CD)
-        v_t = tl.load(xv + t * US + cols_v, mask=mask_v, other=0.0).to(CD)
-        bad = bad | _any_nonfinite(q_t) | _any_nonfinite(k_t) | _any_nonfinite(v_t)
-        if DECAY == 1:
-            la_t = tl.load(xla + t * LS).to(CD)
-            bad = bad | _nonfinite(la_t)
-            a_t = tl.exp(la_t)
-            G = G * a_t
-            KWp = KWp * a_t
-        elif DECAY == 2:
-            la_t = tl.load(xla + t * LS + offs_k, mask=mask_k, other=0.0).to(CD)
-            bad = bad | _any_nonfinite(la_t)
-            a_t = tl.exp(la_t)
-            G = G * a_t
-            KWp = KWp * a_t[None, :]
-        KWp = tl.where((j == p)[:, None], k_t[None, :], KWp)
-        u_t = v_t
-        if DELTA:  # U has no row >= p yet: the read is S_{p-1} decayed by a_p
-            beta_t = tl.load(xbeta + t * HV).to(CD)
-            bad = bad | _nonfinite(beta_t)
-            u_t = beta_t * (v_t - _read(base, G, KWp, U, k_t))
-            if RAW:
-                tl.store(rv + p * US + cols_v, v_t, mask=mask_v & live)
-        U = tl.where((j == p)[:, None], u_t[None, :], U)
-        o_t = _read(base, G, KWp, U, q_t)
-        tl.store(out + ((b * T + t) * HV + h) * V + offs_v, tl.where(live, o_t, 0.0), mask=mask_v)
-        tl.store(ru + p * US + cols_v, u_t, mask=mask_v & live)
-    tl.store(nonfinite + slot, tl.full([], 1, tl.uint8), mask=bad & live)
+    if DECAY == 2:
+        DQ, DK, GQ, GK, bad = _channel_dots(rk, ring_la + slot * L * LS + h0 * LW, xq, xk, log_a + b * T * LS + h0 * LW,
+                                            count0, j, tt, offs_k, mask_k, bad, KS, LS, T, BT, BL, BK, DELTA, CD)
+    else:
+        DQ, DK, bad = _key_dots(rk, xq, xk, count0, j, tt, offs_k, mask_k, bad, KS, T, BT, BL, DELTA, CD)
+        GQ = DQ
+        GK = DQ
 
-    tl.debug_barrier()  # the new u records written above are visible to every thread of the fold
-    new = base
-    if post:  # post rows read the exact checkpoint: base is exact
-        if RAW:
-            new = _fold_raw(base, rk, rla, rv, rbeta, xk, xla, xv, xbeta, count0, T, offs_k, mask_k, cols_v,
-                            mask_v, KS, LS, US, HV, L, DECAY, CD)
-        else:
-            new = _fold(base, rk, rla, ru, xk, xla, count0, count0 + T, offs_k, mask_k, cols_v, mask_v,
-                        KS, LS, US, L, DECAY, CD)
-    if flush:
-        if SR:
-            if LAYOUT_KV:
-                phys = offs_k[:, None] * V + offs_v[None, :]
+    for i in tl.range(0, ITEMS):
+        item = part * ITEMS + i
+        if item < HEADS * NVT:
+            h = h0 + item // NVT
+            vt = item % NVT
+            offs_v = vt * BV + cols_v
+            mask_v = offs_v < V
+            mask_kv = mask_k[:, None] & mask_v[None, :]
+            head = slot * HV + h
+            s_tile = (state + slot * stride_sn + h * stride_sh + offs_k[:, None] * stride_sk
+                      + offs_v[None, :] * stride_sv)
+            rla = ring_la + slot * L * LS + h * LW
+            ru = ring_u + slot * L * US + h * V + vt * BV
+            rv = ring_v + slot * L * US + h * V + vt * BV
+            rbeta = ring_beta + slot * L * HV + h
+            xv = v + b * T * US + h * V + vt * BV
+            xla = log_a + b * T * LS + h * LW
+            xbeta = beta + b * T * HV + h
+
+            # The tile's address does not depend on the row's count, so its load is in flight with the
+            # window's. Window records are loaded only below the count: ~(L-1)/2 of L on average (unmasked
+            # ring loads, tried on 2026-12-02, moved the Mamba-2 non-flush path from 363 to 491 us on the H200).
+            if READ > 0:  # one tile live at a time: non-flush rows keep the copy, flush rows swap in the exact tile
+                base = load_read_tile(read_data, read_row_scale, read_block_scale, head, offs_k, offs_v, mask_kv,
+                                      True, K, V, BK, BV, READ, CD)
+                if flush:
+                    base = tl.load(s_tile, mask=mask_kv, other=0.0).to(CD)
             else:
-                phys = offs_v[None, :] * K + offs_k[:, None]
-            seed_row = slot_seed(seed, slot, tl.load(flushes + slot))
-            stored = stochastic_round(new.to(tl.float32), seed_row, (h * K * V + phys).to(tl.int32), SR_MANT, SR_EMIN)
-        else:
-            stored = new.to(state.dtype.element_ty).to(CD)
-        tl.store(s_tile, stored.to(state.dtype.element_ty), mask=mask_kv)
-        if READ > 0:
-            store_read_tile(stored.to(tl.float32), read_data, read_row_scale, read_block_scale, head, offs_k, offs_v,
-                            mask_kv, flush, K, V, BK, BV, READ)
+                base = tl.load(s_tile, mask=mask_kv, other=0.0).to(CD)
+
+            if pre:  # fold the committed records first (their ring positions are about to be reused)
+                if RAW:
+                    base = _fold_raw(base, rk, rla, rv, rbeta, xk, xla, xv, xbeta, c, 0, offs_k, mask_k, cols_v,
+                                     mask_v, KS, LS, US, HV, L, DECAY, CD)
+                else:
+                    base = _fold(base, rk, rla, ru, xk, xla, c, c, offs_k, mask_k, cols_v, mask_v, KS, LS, US, L,
+                                 DECAY, CD)
+            tl.debug_barrier()  # every old record is read before this tile's new records overwrite them
+
+            U = _ring(ru, US, j, count0, cols_v, mask_v, CD)
+            bad = _tile_tokens(base, U, DQ, DK, GQ, GK, rla, xq, xk, xv, xla, xbeta, out + (b * T * HV + h) * V
+                               + vt * BV, ru, rv, count0, j, tt, offs_k, mask_k, cols_v, mask_v, live, bad,
+                               KS, US, LS, HV, V, T, DECAY, DELTA, RAW, CD)
+
+            tl.debug_barrier()  # the new u records written above are visible to every thread of the fold
+            new = base
+            if post:  # post rows read the exact checkpoint: base is exact
+                if RAW:
+                    new = _fold_raw(base, rk, rla, rv, rbeta, xk, xla, xv, xbeta, count0, T, offs_k, mask_k,
+                                    cols_v, mask_v, KS, LS, US, HV, L, DECAY, CD)
+                else:
+                    new = _fold(base, rk, rla, ru, xk, xla, count0, count0 + T, offs_k, mask_k, cols_v, mask_v,
+                                KS, LS, US, L, DECAY, CD)
+            if flush:
+                if SR:
+                    if LAYOUT_KV:
+                        phys = offs_k[:, None] * V + offs_v[None, :]
+                    else:
+                        phys = offs_v[None, :] * K + offs_k[:, None]
+                    seed_row = slot_seed(seed, slot, tl.load(flushes + slot))
+                    stored = stochastic_round(new.to(tl.float32), seed_row, (h * K * V + phys).to(tl.int32),
+                                              SR_MANT, SR_EMIN)
+                else:
+                    stored = new.to(state.dtype.element_ty).to(CD)
+                tl.store(s_tile, stored.to(state.dtype.element_ty), mask=mask_kv)
+                if READ > 0:
+                    store_read_tile(stored.to(tl.float32), read_data, read_row_scale, read_block_scale, head, offs_k,
+                                    offs_v, mask_kv, flush, K, V, BK, BV, READ)
+    tl.store(nonfinite + slot, tl.full([], 1, tl.uint8), mask=bad & live)
+    if live:
+        # NOTE [the last program moves the cursors]
+        tl.debug_barrier()  # every thread of this program has read what the row's finalize overwrites
+        ticket = tl.atomic_add(tickets + slot, 1, sem="acq_rel")
+        if ticket == tl.num_programs(1) * tl.num_programs(2) - 1:
+            finalize_row(k, log_a, beta, ring_k, ring_la, ring_beta, count, flushes, b, slot, live, pre, post,
+                         count0, T, L, HV, HK, K, BHV, BHK, BK, DECAY, RAW, COMMIT)
+            tl.store(tickets + slot, 0)
 
 
 # ------------------------------------------------------------------------------------------ launcher
 _DECAY_CODE = {"none": 0, "scalar": 1, "channel": 2}
+# programs a grid should have before a unit's tiles are shared by fewer of them (NOTE [key-group programs])
+PROGRAMS = 1024
 
 
 @dataclasses.dataclass(frozen=True)
@@ -308,6 +423,7 @@ class ReplayBuffers:
     count: torch.Tensor
     flushes: torch.Tensor
     nonfinite: torch.Tensor
+    tickets: torch.Tensor
 
 
 @dataclasses.dataclass(frozen=True)
@@ -325,14 +441,29 @@ class ReplaySpec:
     seed: int
 
 
-def tiling(spec: ReplaySpec, K: int, V: int, rows: int, Hv: int, T: int, block_v: Optional[int] = None):
-    """``(BK, BV, BL, num_warps, max_registers)`` of a call of ``T`` tokens over ``rows`` rows.
+class Tiling(NamedTuple):
+    """Block sizes, warps and register cap of a replay launch, and its grid ``(rows, units, parts)``."""
+
+    BK: int
+    BV: int
+    BL: int
+    num_warps: int
+    max_registers: Optional[int]
+    units: int   # programs' shared unit: key groups, or value heads under per-channel decay
+    items: int   # (value head, value tile) pairs a program serves
+    parts: int   # programs per unit
+
+
+def tiling(spec: ReplaySpec, K: int, V: int, rows: int, Hv: int, T: int, block_v: Optional[int] = None,
+           items: Optional[int] = None) -> Tiling:
+    """How a call of ``T`` tokens over ``rows`` rows is cut into programs (:class:`Tiling`).
 
     Value tiles of ~4K elements, halved while the grid would leave SMs idle; every tile holds all keys,
-    so it owns whole scale rows of a (value-major) read copy. NOTE [register cap]: the kernel is
-    latency-bound at 4 programs per SM (128 registers: ncu, H200); capping one-token calls at 96
-    registers (5 programs) made Mamba-2 / GDN steps 2-4% faster with fp32 checkpoints and 10-35% with fp8
-    copies, but per-channel decay with no read copy 13% slower (H200, 2026-12-02, tune_replay.py --maxnreg).
+    so it owns whole scale rows of a (value-major) read copy. A unit (key group; value head under
+    per-channel decay) is split into programs of ``items`` tiles each, as few as keep ~``PROGRAMS`` programs
+    in the grid (NOTE [key-group programs]). NOTE [register cap]: capping one-token calls at 96 registers
+    made Mamba-2 / GDN steps 2-4% faster with fp32 checkpoints and 10-35% with fp8 copies, but per-channel
+    decay with no read copy 13% slower (H200, 2026-12-02, one tile per program, tune_replay.py --maxnreg).
     """
     BK = max(triton.next_power_of_2(K), 16 if spec.read_format == "fp4" else 1)  # e2m1 blocks of 16 keys
     BV = block_v or min(triton.next_power_of_2(V), max(16, 4096 // BK))
@@ -340,16 +471,25 @@ def tiling(spec: ReplaySpec, K: int, V: int, rows: int, Hv: int, T: int, block_v
         BV //= 2
     num_warps = 16 if BK * BV >= 16384 else (8 if BK * BV >= 8192 else (4 if BK * BV >= 1024 else 2))
     cap = 96 if T <= 1 and num_warps == 4 and not (spec.decay == "channel" and spec.read_format is None) else None
-    return BK, BV, triton.next_power_of_2(spec.window), num_warps, cap
+    units = Hv if spec.decay == "channel" else spec.k_heads
+    per_unit = Hv // units * triton.cdiv(V, BV)
+    if items is None:
+        items = per_unit
+        while items > 1 and rows * units * triton.cdiv(per_unit, items) < PROGRAMS:
+            items = triton.cdiv(items, 2)
+    items = max(1, min(items, per_unit))
+    return Tiling(BK, BV, triton.next_power_of_2(spec.window), num_warps, cap, units, items,
+                  triton.cdiv(per_unit, items))
 
 
 def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[torch.Tensor], out: Optional[torch.Tensor],
            *, commit: bool, force_flush: bool, materialize: bool, block_v: Optional[int] = None,
-           num_warps: Optional[int] = None, max_registers: Optional[int] = None) -> None:
+           num_warps: Optional[int] = None, max_registers: Optional[int] = None, items: Optional[int] = None) -> None:
     """Run one replay call (``x`` inputs ``[B, T, ...]``; ``materialize``: ``x`` is None, no tokens).
 
-    Launches the replay kernel over ``(B, Hv, V tiles)`` then ``cursors.finalize_kernel`` over rows.
-    ``slots [B]`` (int, -1 = padding) or None (row b is slot b); ``out [B, T, Hv, V]`` contiguous.
+    One launch of the replay kernel over ``(B, units, parts)`` (:func:`tiling`); the last program of each
+    row moves its cursors (NOTE [the last program moves the cursors]). ``slots [B]`` (int, -1 = padding)
+    or None (row b is slot b); ``out [B, T, Hv, V]`` contiguous.
     """
     state, ring = buf.state, buf.ring
     Hv = state.shape[1]
@@ -365,32 +505,27 @@ def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[t
     if B == 0:
         return
     cd = torch.float64 if state.dtype == torch.float64 else torch.float32
-    BK, BV, BL, default_warps, default_cap = tiling(spec, K, V, B, Hv, T, block_v)
-    num_warps = num_warps or default_warps
-    max_registers = max_registers or default_cap
+    tile = tiling(spec, K, V, B, Hv, T, block_v, items)
+    max_registers = max_registers or tile.max_registers
     read = buf.read or {}
     dummy = ring["k"]
     sr_mant, sr_emin = SR_FORMATS.get(str(state.dtype).removeprefix("torch."), (0, 0))
     stride_sk, stride_sv = ((state.stride(2), state.stride(3)) if spec.layout == "kv"
                             else (state.stride(3), state.stride(2)))
     flags_extra = dict(maxnreg=max_registers) if max_registers else {}  # NOTE [register cap]
-    flags = dict(T=T, L=spec.window, COMMIT=commit, FORCE=force_flush, MATERIALIZE=materialize,
-                 HAS_SLOTS=slots is not None, DECAY=_DECAY_CODE[spec.decay], RAW=spec.raw)
-    slot_arg = dummy if slots is None else slots
-    replay_kernel[(B, Hv, triton.cdiv(V, BV))](
-        state, q, k, v, log_a, beta, dummy if out is None else out, slot_arg,
+    replay_kernel[(B, tile.units, tile.parts)](
+        state, q, k, v, log_a, beta, dummy if out is None else out, dummy if slots is None else slots,
         ring["k"], ring["u"], ring.get("log_a", dummy), ring.get("v", dummy), ring.get("beta", dummy),
         read.get("data", dummy), read.get("row_scale", dummy), read.get("block_scale", dummy),
-        buf.count, buf.flushes, buf.nonfinite.view(torch.uint8), spec.seed,
+        buf.count, buf.flushes, buf.nonfinite.view(torch.uint8), buf.tickets, spec.seed,
         state.stride(0), state.stride(1), stride_sk, stride_sv,
-        BL=BL, HV=Hv, GROUP=Hv // spec.k_heads, K=K, V=V, BK=BK, BV=BV, DELTA=spec.delta,
-        READ=READ_CODES[spec.read_format], LAYOUT_KV=spec.layout == "kv", SR=spec.stochastic_rounding,
+        T=T, L=spec.window, BL=tile.BL, BT=triton.next_power_of_2(max(T, 1)), HV=Hv, GROUP=Hv // spec.k_heads,
+        K=K, V=V, BK=tile.BK, BV=tile.BV, ITEMS=tile.items, DECAY=_DECAY_CODE[spec.decay], DELTA=spec.delta,
+        RAW=spec.raw, READ=READ_CODES[spec.read_format], LAYOUT_KV=spec.layout == "kv", COMMIT=commit,
+        FORCE=force_flush, MATERIALIZE=materialize, HAS_SLOTS=slots is not None, SR=spec.stochastic_rounding,
         SR_MANT=sr_mant, SR_EMIN=sr_emin, CD=tl.float64 if cd == torch.float64 else tl.float32,
-        num_warps=num_warps, **flags, **flags_extra)
-    finalize_kernel[(B,)](
-        k, log_a, beta, slot_arg, ring["k"], ring.get("log_a", dummy), ring.get("beta", dummy),
-        buf.count, buf.flushes, HV=Hv, HK=spec.k_heads, K=K, BHV=triton.next_power_of_2(Hv),
-        BHK=triton.next_power_of_2(spec.k_heads), BK=triton.next_power_of_2(K), num_warps=4, **flags)
+        BHV=triton.next_power_of_2(Hv), BHK=triton.next_power_of_2(spec.k_heads),
+        num_warps=num_warps or tile.num_warps, **flags_extra)
 
 
 def commit(count: torch.Tensor, n_accepted: torch.Tensor, slots: Optional[torch.Tensor], window: int) -> None:
