@@ -9,7 +9,7 @@ python3 -m pip install --no-build-isolation --no-deps -e . -q 2>&1 | grep -v WAR
 PART_LOG="$OUT/kernels_log.txt"; source "$(dirname "$0")/part.sh"
 TAIL=15 part tests 170 python3 -m pytest -m gpu tests/test_kernels.py -q -x -p no:cacheprovider
 TAIL=40 part tune_items 220 python3 benchmarks/tune_replay.py --read none,fp8 --items 0,1,4,16 --out "$OUT/tune_items.json"
-TAIL=20 part tune_b1_verify 150 python3 benchmarks/tune_replay.py --read none,fp8 --batch 1,256 --verify 8 \
+TAIL=20 part tune_b1_verify 150 python3 benchmarks/tune_replay.py --read none --batch 1,256 --verify 8 \
   --out "$OUT/tune_b1_verify.json"
 if [ -n "${NCU:-}" ]; then
   NCU_ARGS=(ncu --clock-control none -k regex:replay_kernel -s 1 -c 1 --section SpeedOfLight --section Occupancy
