@@ -162,6 +162,16 @@ def test_programs_serving_several_tiles(family):
     _random_sequence(family, "kv", seed=20 + FAMILIES.index(family), tiling=dict(block_v=2, items=3))
 
 
+@pytest.mark.parametrize("family", ["mamba2", "gated_deltanet", "kda"])
+def test_multi_token_calls_with_tile_products(family):
+    """Head dims >= 16 (odd K): calls of several tokens take ``base^T x`` of all tokens as one ``tl.dot``."""
+    g = torch.Generator().manual_seed(30 + FAMILIES.index(family))
+    p = Pair(family, B=3, H=2, Hk=1, K=17, V=18, L=5, layout="vk", generator=g, tiling=dict(block_v=16, items=2))
+    for T in (2, 3, 5, 2):
+        p.verify_commit(T=T)
+        p.step()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("family", FAMILIES)
 def test_steps_and_verify_match_reference_other_layout(family):

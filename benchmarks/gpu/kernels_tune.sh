@@ -1,16 +1,25 @@
 #!/usr/bin/env bash
-# Replay-kernel GPU check (~9 min on a fresh H200): the GPU kernel tests first, then the tiling sweep at batch 256
-# (read none / fp8, (head, value tile) pairs per program), batch 1, and verify T = 8.
-# Usage: bash benchmarks/gpu/kernels_tune.sh (writes under $OUT). NCU=1 adds an Nsight Compute read of the Mamba-2 step.
+# Replay-kernel GPU check (~8 min on a fresh H200): the GPU kernel tests first, then the replay step at batch 1 and
+# 256 (read none / fp8) with verify T = 4, 8, speculative decoding against snapshots (`bench spec`, batch 256), and
+# the model stacks at batch 256 (`bench model`, CUDA graphs). Usage: bash benchmarks/gpu/kernels_tune.sh [commit]
+# (writes under $OUT). ITEMS=0,1,4,16 adds a sweep of (head, value tile) pairs per program; NCU=1 an Nsight
+# Compute read of the Mamba-2 step.
 set -u
-export PYTHONUNBUFFERED=1
+export PYTHONUNBUFFERED=1 REPLAYSSM_COMMIT=${1:-${REPLAYSSM_COMMIT:-unknown}}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 python3 -m pip install --no-build-isolation --no-deps -e . -q 2>&1 | grep -v WARN | tail -2
 PART_LOG="$OUT/kernels_log.txt"; source "$(dirname "$0")/part.sh"
 TAIL=15 part tests 170 python3 -m pytest -m gpu tests/test_kernels.py -q -x -p no:cacheprovider
-TAIL=40 part tune_items 220 python3 benchmarks/tune_replay.py --read none,fp8 --items 0,1,4,16 --out "$OUT/tune_items.json"
-TAIL=20 part tune_b1_verify 150 python3 benchmarks/tune_replay.py --read none --batch 1,256 --verify 8 \
-  --out "$OUT/tune_b1_verify.json"
+TAIL=30 part tune 110 python3 benchmarks/tune_replay.py --read none,fp8 --batch 1,256 --verify 4,8 --out "$OUT/tune.json"
+if [ -n "${ITEMS:-}" ]; then
+  TAIL=30 part tune_items 220 python3 benchmarks/tune_replay.py --read none,fp8 --items "$ITEMS" --out "$OUT/tune_items.json"
+fi
+TAIL=16 part spec 90 python3 -m replay_compile.cli bench spec --T 4,8 --batch 256 --acceptance 0.8,text --steps 8 \
+  --out "$OUT/spec_b256.json"
+for model in qwen3.5-122b nemotron3-super kimi-linear; do
+  TAIL=10 part "model_b256_$model" 70 python3 -m replay_compile.cli bench model --models "$model" --batch 256 \
+    --modes reduce-overhead --columns compile,replay,replay-fp8 --out "$OUT/models_b256_$model.json"
+done
 if [ -n "${NCU:-}" ]; then
   NCU_ARGS=(ncu --clock-control none -k regex:replay_kernel -s 1 -c 1 --section SpeedOfLight --section Occupancy
             --section LaunchStats --section WarpStateStats)
