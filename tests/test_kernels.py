@@ -163,8 +163,8 @@ def test_programs_serving_several_tiles(family):
 
 
 @pytest.mark.parametrize("family", ["mamba2", "gated_deltanet", "kda"])
-def test_multi_token_calls_with_tile_products(family):
-    """Head dims >= 16 (odd K): calls of several tokens take ``base^T x`` of all tokens as one ``tl.dot``."""
+def test_multi_token_calls_at_head_dims_over_16(family):
+    """Calls of several tokens at head dims >= 16 (odd K), value tiles of 16, two (head, tile) pairs a program."""
     g = torch.Generator().manual_seed(30 + FAMILIES.index(family))
     p = Pair(family, B=3, H=2, Hk=1, K=17, V=18, L=5, layout="vk", generator=g, tiling=dict(block_v=16, items=2))
     for T in (2, 3, 5, 2):

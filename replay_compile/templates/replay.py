@@ -151,16 +151,12 @@ def _tile_dot(base, x):
 def _key_dots(rk, xq, xk, count0, j, tt, offs_k, mask_k, bad,
               KS: tl.constexpr, T: tl.constexpr, BT: tl.constexpr, BL: tl.constexpr, DELTA: tl.constexpr,
               CD: tl.constexpr):
-    """``(DQ, DK, XQ, XK, bad)``: the window keys' dots with each token's query (and key), shared by a key group.
+    """``(DQ, DK, bad)``: the window keys' dots with each token's query (and key), shared by a key group.
 
     ``DQ[t, j] = k_j . q_t`` over window positions ``j <= count0 + t`` (the ring's records below ``count0``,
     then the call's tokens; 0 beyond), ``DK`` likewise with ``k_t`` (delta rule). Scalar and no decay
     only: their weights are one number per record and head, applied per head (NOTE [key-group programs]).
-    ``XQ, XK [BT, BK]``: the tokens' queries and keys (rows ``>= T`` zero).
     """
-    tok = (tt < T)[:, None] & mask_k[None, :]
-    XQ = tl.load(xq + tt[:, None] * KS + offs_k[None, :], mask=tok, other=0.0).to(CD)
-    XK = tl.load(xk + tt[:, None] * KS + offs_k[None, :], mask=tok, other=0.0).to(CD)
     KW = _ring(rk, KS, j, count0, offs_k, mask_k, CD)
     DQ = tl.zeros([BT, BL], CD)
     DK = DQ
@@ -172,7 +168,7 @@ def _key_dots(rk, xq, xk, count0, j, tt, offs_k, mask_k, bad,
         if DELTA:
             DK = _put_row(DK, tt, t, tl.sum(KW * k_t[None, :], 1))
         DQ = _put_row(DQ, tt, t, tl.sum(KW * q_t[None, :], 1))
-    return DQ, DK, XQ, XK, bad
+    return DQ, DK, bad
 
 
 @triton.jit
@@ -183,9 +179,8 @@ def _channel_dots(rk, rla, xq, xk, xla, count0, j, tt, offs_k, mask_k, bad,
 
     ``DQ[t, j] = (w_j^(t) * k_j) . q_t`` with ``w_j^(t)`` the channel decays from record ``j`` to token
     ``t`` (NOTE [window weights without differences]), and ``GQ[t] = G^(t) * q_t`` with ``G^(t)`` the
-    decay of the whole window: token ``t`` reads ``base^T GQ[t] + sum_j DQ[t, j] u_j`` (``GQ`` is the
-    ``XQ`` of ``_tile_tokens``). ``DK``, ``GK`` likewise with ``k_t`` (delta rule: ``S_{p-1}`` decayed
-    by ``a_p``).
+    decay of the whole window: token ``t`` reads ``base^T GQ[t] + sum_j DQ[t, j] u_j``. ``DK``, ``GK``
+    likewise with ``k_t`` (delta rule: ``S_{p-1}`` decayed by ``a_p``).
     """
     KW = _ring(rk, KS, j, count0, offs_k, mask_k, CD)
     LA = _ring(rla, LS, j, count0, offs_k, mask_k, CD)
@@ -213,24 +208,19 @@ def _channel_dots(rk, rla, xq, xk, xla, count0, j, tt, offs_k, mask_k, bad,
 
 
 @triton.jit
-def _tile_tokens(base, U, DQ, DK, XQ, XK, rla, xv, xla, xbeta, o_ptr, ru, rv, count0, j, tt,
-                 cols_v, mask_v, live, bad,
-                 US: tl.constexpr, LS: tl.constexpr, HV: tl.constexpr, V: tl.constexpr, T: tl.constexpr,
-                 DECAY: tl.constexpr, DELTA: tl.constexpr, RAW: tl.constexpr, DOT: tl.constexpr, CD: tl.constexpr):
+def _tile_tokens(base, U, DQ, DK, GQ, GK, rla, xq, xk, xv, xla, xbeta, o_ptr, ru, rv, count0, j, tt,
+                 offs_k, mask_k, cols_v, mask_v, live, bad,
+                 KS: tl.constexpr, US: tl.constexpr, LS: tl.constexpr, HV: tl.constexpr, V: tl.constexpr,
+                 T: tl.constexpr, DECAY: tl.constexpr, DELTA: tl.constexpr, RAW: tl.constexpr, CD: tl.constexpr):
     """The ``T`` outputs of one (head, value tile) from its base tile and window updates ``U [BL, BV]``.
 
     Writes each token's output and its update record ``u`` (and raw ``v``); returns ``bad``. Per-head
     weights ``W [BL]`` and total decay ``G`` are running products (NOTE [window weights without
-    differences]); with per-channel decay they are inside ``DQ`` / ``XQ`` already, so ``W`` only marks
-    the positions written so far and ``G`` is 1. ``base^T x`` of every token's ``x`` (rows of ``XQ``,
-    ``XK``) is one ``[BT, BK] x [BK, BV]`` product when ``DOT`` (several tokens, fp32; exact fp32 products
-    with ``input_precision="ieee"``), else one reduction of the tile per token.
+    differences]); with per-channel decay they are inside ``DQ`` / ``GQ`` already, so ``W`` only marks
+    the positions written so far and ``G`` is 1. ``base^T x`` is one reduction of the tile per token: one
+    fp32 ``tl.dot`` for all tokens (tried on 2026-12-02) made verify 1.5-2.5x slower on the H200 (8 warps
+    to fit its registers, and the tile through shared memory).
     """
-    if DOT:
-        RQ = tl.dot(XQ, base, input_precision="ieee")
-        RK = RQ
-        if DELTA:
-            RK = tl.dot(XK, base, input_precision="ieee")
     G = 1.0
     W = tl.where(j < count0, 1.0, 0.0).to(CD)
     if DECAY == 1:
@@ -250,23 +240,23 @@ def _tile_tokens(base, U, DQ, DK, XQ, XK, rla, xv, xla, xbeta, o_ptr, ru, rv, co
         W = tl.where(j == p, 1.0, W)
         u_t = v_t
         if DELTA:  # U has no row >= p yet: the read is S_{p-1} decayed by a_p
-            if DOT:
-                bk = _get_row(RK, tt, t) * G
+            if DECAY == 2:
+                xk_t = _get_row(GK, tt, t)
             else:
-                bk = _tile_dot(base, _get_row(XK, tt, t)) * G
+                xk_t = tl.load(xk + t * KS + offs_k, mask=mask_k, other=0.0).to(CD) * G
             beta_t = tl.load(xbeta + t * HV).to(CD)
             bad = bad | _nonfinite(beta_t)
             c = _get_row(DK, tt, t) * W
-            u_t = beta_t * (v_t - bk - tl.sum(c[:, None] * U, 0))
+            u_t = beta_t * (v_t - _tile_dot(base, xk_t) - tl.sum(c[:, None] * U, 0))
             if RAW:
                 tl.store(rv + p * US + cols_v, v_t, mask=mask_v & live)
         U = tl.where((j == p)[:, None], u_t[None, :], U)
-        if DOT:
-            bq = _get_row(RQ, tt, t) * G
+        if DECAY == 2:
+            xq_t = _get_row(GQ, tt, t)
         else:
-            bq = _tile_dot(base, _get_row(XQ, tt, t)) * G
+            xq_t = tl.load(xq + t * KS + offs_k, mask=mask_k, other=0.0).to(CD) * G
         c = _get_row(DQ, tt, t) * W
-        o_t = bq + tl.sum(c[:, None] * U, 0)
+        o_t = _tile_dot(base, xq_t) + tl.sum(c[:, None] * U, 0)
         tl.store(o_ptr + t * HV * V + cols_v, tl.where(live, o_t, 0.0), mask=mask_v)
         tl.store(ru + p * US + cols_v, u_t, mask=mask_v & live)
     return bad
@@ -290,7 +280,7 @@ def replay_kernel(
     count, flushes, nonfinite, tickets, seed,
     stride_sn, stride_sh, stride_sk, stride_sv,
     T: tl.constexpr, L: tl.constexpr, BL: tl.constexpr, BT: tl.constexpr, HV: tl.constexpr, GROUP: tl.constexpr,
-    K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, ITEMS: tl.constexpr, DOT: tl.constexpr,
+    K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, ITEMS: tl.constexpr,
     DECAY: tl.constexpr, DELTA: tl.constexpr, RAW: tl.constexpr, READ: tl.constexpr, LAYOUT_KV: tl.constexpr,
     COMMIT: tl.constexpr, FORCE: tl.constexpr, MATERIALIZE: tl.constexpr, HAS_SLOTS: tl.constexpr,
     SR: tl.constexpr, SR_MANT: tl.constexpr, SR_EMIN: tl.constexpr, CD: tl.constexpr,
@@ -333,10 +323,12 @@ def replay_kernel(
 
     bad = live & (c < 0)
     if DECAY == 2:
-        DQ, DK, XQ, XK, bad = _channel_dots(rk, ring_la + slot * L * LS + h0 * LW, xq, xk, log_a + b * T * LS + h0 * LW,
+        DQ, DK, GQ, GK, bad = _channel_dots(rk, ring_la + slot * L * LS + h0 * LW, xq, xk, log_a + b * T * LS + h0 * LW,
                                             count0, j, tt, offs_k, mask_k, bad, KS, LS, T, BT, BL, BK, DELTA, CD)
     else:
-        DQ, DK, XQ, XK, bad = _key_dots(rk, xq, xk, count0, j, tt, offs_k, mask_k, bad, KS, T, BT, BL, DELTA, CD)
+        DQ, DK, bad = _key_dots(rk, xq, xk, count0, j, tt, offs_k, mask_k, bad, KS, T, BT, BL, DELTA, CD)
+        GQ = DQ
+        GK = DQ
 
     for i in tl.range(0, ITEMS):
         item = part * ITEMS + i
@@ -378,9 +370,9 @@ def replay_kernel(
             tl.debug_barrier()  # every old record is read before this tile's new records overwrite them
 
             U = _ring(ru, US, j, count0, cols_v, mask_v, CD)
-            bad = _tile_tokens(base, U, DQ, DK, XQ, XK, rla, xv, xla, xbeta, out + (b * T * HV + h) * V + vt * BV,
-                               ru, rv, count0, j, tt, cols_v, mask_v, live, bad, US, LS, HV, V, T, DECAY, DELTA, RAW,
-                               DOT, CD)
+            bad = _tile_tokens(base, U, DQ, DK, GQ, GK, rla, xq, xk, xv, xla, xbeta, out + (b * T * HV + h) * V
+                               + vt * BV, ru, rv, count0, j, tt, offs_k, mask_k, cols_v, mask_v, live, bad,
+                               KS, US, LS, HV, V, T, DECAY, DELTA, RAW, CD)
 
             tl.debug_barrier()  # the new u records written above are visible to every thread of the fold
             new = base
@@ -466,12 +458,10 @@ class Tiling(NamedTuple):
     units: int   # programs' shared unit: key groups, or value heads under per-channel decay
     items: int   # (value head, value tile) pairs a program serves
     parts: int   # programs per unit
-    BT: int      # token rows of the per-token register matrices
-    dot: bool    # base^T x of the T tokens as one tl.dot (NOTE [key-group programs])
 
 
 def tiling(spec: ReplaySpec, K: int, V: int, rows: int, Hv: int, T: int, block_v: Optional[int] = None,
-           items: Optional[int] = None, float64: bool = False) -> Tiling:
+           items: Optional[int] = None) -> Tiling:
     """How a call of ``T`` tokens over ``rows`` rows is cut into programs (:class:`Tiling`).
 
     Value tiles of ~4K elements, halved while the grid would leave SMs idle; every tile holds all keys,
@@ -494,12 +484,8 @@ def tiling(spec: ReplaySpec, K: int, V: int, rows: int, Hv: int, T: int, block_v
         while items > 1 and rows * units * triton.cdiv(per_unit, items) < PROGRAMS:
             items = triton.cdiv(items, 2)
     items = max(1, min(items, per_unit))
-    dot = T >= 2 and not float64 and BK >= 16 and BV >= 16  # tl.dot: every side >= 16 (T padded to 16 rows)
-    BT = max(16, triton.next_power_of_2(T)) if dot else triton.next_power_of_2(max(T, 1))
-    if dot:  # 4 warps: 255 registers and 136-740 bytes spilled; 8: 101-160, none (sm90_report.py, T = 4, 8)
-        num_warps = max(num_warps, 8)
     return Tiling(BK, BV, triton.next_power_of_2(spec.window), num_warps, cap, units, items,
-                  triton.cdiv(per_unit, items), BT, dot)
+                  triton.cdiv(per_unit, items))
 
 
 def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[torch.Tensor], out: Optional[torch.Tensor],
@@ -525,7 +511,7 @@ def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[t
     if B == 0:
         return
     cd = torch.float64 if state.dtype == torch.float64 else torch.float32
-    tile = tiling(spec, K, V, B, Hv, T, block_v, items, float64=cd == torch.float64)
+    tile = tiling(spec, K, V, B, Hv, T, block_v, items)
     max_registers = max_registers or tile.max_registers
     read = buf.read or {}
     dummy = ring["k"]
@@ -539,8 +525,8 @@ def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[t
         read.get("data", dummy), read.get("row_scale", dummy), read.get("block_scale", dummy),
         buf.count, buf.flushes, buf.nonfinite.view(torch.uint8), buf.tickets, spec.seed,
         state.stride(0), state.stride(1), stride_sk, stride_sv,
-        T=T, L=spec.window, BL=tile.BL, BT=tile.BT, HV=Hv, GROUP=Hv // spec.k_heads,
-        K=K, V=V, BK=tile.BK, BV=tile.BV, ITEMS=tile.items, DOT=tile.dot, DECAY=_DECAY_CODE[spec.decay], DELTA=spec.delta,
+        T=T, L=spec.window, BL=tile.BL, BT=triton.next_power_of_2(max(T, 1)), HV=Hv, GROUP=Hv // spec.k_heads,
+        K=K, V=V, BK=tile.BK, BV=tile.BV, ITEMS=tile.items, DECAY=_DECAY_CODE[spec.decay], DELTA=spec.delta,
         RAW=spec.raw, READ=READ_CODES[spec.read_format], LAYOUT_KV=spec.layout == "kv", COMMIT=commit,
         FORCE=force_flush, MATERIALIZE=materialize, HAS_SLOTS=slots is not None, SR=spec.stochastic_rounding,
         SR_MANT=sr_mant, SR_EMIN=sr_emin, CD=tl.float64 if cd == torch.float64 else tl.float32,
