@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
 # Last GPU check of a session (~4 min on a fresh H200): kernel tests, `bench spec` (verify + commit against snapshots),
-# the GPU soak and speculative example; E2E=1 adds the transformers e2e qwen3_next case with the Triton kernels. Usage: bash benchmarks/gpu/final_check.sh [commit] (writes under $OUT).
+# the GPU soak and speculative example; E2E=1 adds the transformers e2e qwen3_next case with the Triton kernels.
+# Usage: bash benchmarks/gpu/final_check.sh [commit] (writes under $OUT).
 set -u
-export PYTHONUNBUFFERED=1 REPLAYSSM_COMMIT=${1:-${REPLAYSSM_COMMIT:-unknown}}
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-python3 -m pip install --no-build-isolation --no-deps -e . -q 2>&1 | grep -v WARN | tail -2
-PART_LOG="$OUT/final_log.txt"; source "$(dirname "$0")/part.sh"
+source "$(dirname "$0")/part.sh"
+gpu_setup final_log.txt "${1:-}"
 TAIL=6 part tests 75 python3 -m pytest -m gpu tests/test_kernels.py -q -x -p no:cacheprovider
 TAIL=14 part spec 50 python3 -m replay_compile.cli bench spec --T 4,8 --batch 256 --acceptance 0.8,text --steps 8 \
   --out "$OUT/spec_b256.json"

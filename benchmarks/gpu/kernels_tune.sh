@@ -5,10 +5,8 @@
 # (writes under $OUT). ITEMS=0,1,4,16 adds a sweep of (head, value tile) pairs per program; NCU=1 an Nsight
 # Compute read of the Mamba-2 step.
 set -u
-export PYTHONUNBUFFERED=1 REPLAYSSM_COMMIT=${1:-${REPLAYSSM_COMMIT:-unknown}}
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-python3 -m pip install --no-build-isolation --no-deps -e . -q 2>&1 | grep -v WARN | tail -2
-PART_LOG="$OUT/kernels_log.txt"; source "$(dirname "$0")/part.sh"
+source "$(dirname "$0")/part.sh"
+gpu_setup kernels_log.txt "${1:-}"
 TAIL=15 part tests 170 python3 -m pytest -m gpu tests/test_kernels.py -q -x -p no:cacheprovider
 TAIL=30 part tune 110 python3 benchmarks/tune_replay.py --read none,fp8 --batch 1,256 --verify 4,8 --out "$OUT/tune.json"
 if [ -n "${ITEMS:-}" ]; then

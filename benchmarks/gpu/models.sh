@@ -9,16 +9,13 @@
 #   MODELS_SWEEP=1: batch 8,32,128 of the GDN stack                                                   +180 s
 # Compiles dominate (one Inductor compile per column and batch). Usage: bash benchmarks/gpu/models.sh [commit]
 set -u
-OUT="${OUT:-/tmp/out}"
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 REPLAYSSM_COMMIT=${1:-${REPLAYSSM_COMMIT:-unknown}}
-# the backend's entry point needs the package installed; transformers (test extra) from wheels carried in
-# .whl/models (pip download transformers==5.17.0 for cp312 manylinux: only missing dependencies get installed)
-python3 -m pip install --no-build-isolation --no-deps -e . -q 2>&1 | grep -v WARN | tail -2
+source "$(dirname "$0")/part.sh"
+gpu_setup models_log.txt "${1:-}"
+# transformers (test extra) from wheels carried in .whl/models where the machine has none
+# (pip download transformers==5.17.0 for cp312 manylinux: only missing dependencies get installed)
 python3 -c "import transformers" 2>/dev/null || python3 -m pip install -q --no-index --find-links .whl/models \
   "transformers==5.17.0" 2>&1 | grep -v WARN | tail -2
 python3 -c "import transformers; print('transformers', transformers.__version__)"
-PART_LOG="$OUT/models_log.txt"; source "$(dirname "$0")/part.sh"
 BENCH=(python3 -m replay_compile.cli bench model)
 TAIL=30 part e2e 130 python3 -m pytest -m gpu tests/models/test_generate_replay.py -v -rA --durations=0 \
   -p no:cacheprovider

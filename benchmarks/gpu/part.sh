@@ -1,4 +1,5 @@
-# Sourced by the GPU scripts: `part NAME SECONDS CMD...` runs CMD with a time limit, appends its output to
+# Sourced by the GPU scripts. `gpu_setup LOG [COMMIT]`: unbuffered Python, $OUT created, parts logged to $OUT/LOG,
+# the package installed (the backend's entry point exists only then). `part NAME SECONDS CMD...` runs CMD with a time limit, appends its output to
 # one log ($PART_LOG, default $OUT/log.txt: the device tool returns at most 8 files from $OUT) and prints
 # the last $TAIL lines (Warning lines left out of the preview, not of the log).
 part() {
@@ -7,4 +8,10 @@ part() {
   timeout "$secs" "$@" > "$log" 2>&1; echo "rc=$? in $((SECONDS - t0))s" | tee -a "$log"
   { echo "=== $name"; cat "$log"; } >> "${PART_LOG:-$OUT/log.txt}"
   grep -v Warning "$log" | tail -n "${TAIL:-20}" | cut -c1-240
+}
+
+gpu_setup() {
+  export PYTHONUNBUFFERED=1 REPLAYSSM_COMMIT=${2:-${REPLAYSSM_COMMIT:-unknown}}
+  OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"; PART_LOG="$OUT/$1"
+  python3 -m pip install --no-build-isolation --no-deps -e . -q 2>&1 | grep -v WARN | tail -2
 }

@@ -11,9 +11,9 @@
 #   spec_transformers_gpu        50 s       transformers integration on the GPU (Qwen3.5 and Mamba-2; skipped
 #                                           without transformers): same tokens, logits close
 set -u
-export PYTHONUNBUFFERED=1 TORCHINDUCTOR_FORCE_DISABLE_CACHES=1
-OUT=${OUT:-out}; mkdir -p "$OUT"
-python3 -m pip install --no-build-isolation --no-deps -e . -q 2>&1 | grep -v WARN | tail -2
+export TORCHINDUCTOR_FORCE_DISABLE_CACHES=1
+source "$(dirname "$0")/part.sh"
+gpu_setup spec_log.txt "${1:-}"
 if ls .whl/*.whl >/dev/null 2>&1; then  # optional wheels carried by the lead (fla, transformers, ...)
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && export PYTHONPATH=/tmp/site
@@ -22,7 +22,6 @@ python3 -c "import torch, triton; print(torch.__version__, triton.__version__, t
   | tee "$OUT/versions.txt"
 python3 -c "import transformers; print('transformers', transformers.__version__)" >> "$OUT/versions.txt" 2>&1 \
   || echo "transformers missing: accuracy_hf fails, transformers GPU tests skip" | tee -a "$OUT/versions.txt"
-PART_LOG="$OUT/spec_log.txt"; source "$(dirname "$0")/part.sh"
 for fam in gated_deltanet kda; do
   TAIL=24 part "accuracy_$fam" 60 python3 -m replay_compile.cli bench accuracy --families "$fam" --steps 131072 \
     --chunk 128 --max-seconds 45 --out "$OUT/accuracy_$fam.json" --plot "$OUT/accuracy_$fam.png" --no-progress
