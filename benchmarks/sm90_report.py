@@ -101,11 +101,8 @@ def main(argv=None) -> int:
         out = torch.empty(args.batch, T, rs.num_heads, rs.head_v)
         x = draw_inputs(shape, args.batch, T, "cpu", seed=1)
         for commit in (True, False):
-            try:  # the launcher may reach the cursor kernel after the capture: only the capture matters
-                triton_impl.advance_into(rs, x, None, out, commit=commit, force_flush=False,
-                                         max_registers=args.maxnreg or None)
-            except Exception:  # noqa: BLE001
-                pass
+            triton_impl.advance_into(rs, x, None, out, commit=commit, force_flush=False,
+                                     max_registers=args.maxnreg or None)
         for (a, kw), commit in zip(capture.calls, ("commit", "no commit")):
             print(f"{case} ({commit}): {report(capture.fn, a, kw)}", flush=True)
         capture.calls.clear()
