@@ -9,7 +9,8 @@ ticket (``tickets[slot]``, an acq_rel atomic after a block barrier); the one tha
 ticket has seen every other program of the row finish, writes the row's shared records, moves its
 cursors (``finalize_row``) and puts the ticket back to 0 for the next call. One launch per call, no
 host sync: a CUDA graph replays it with fresh cursor values. Tile-private records (``u``, raw ``v``)
-are written by the program that owns the tile.
+are written by the program that owns the tile. A slot given twice in one call would leave its ticket
+off count; the host check rejects repeated slots (``ReplayState._check_slots``).
 """
 from __future__ import annotations
 

@@ -286,8 +286,8 @@ def replay_kernel(
     SR: tl.constexpr, SR_MANT: tl.constexpr, SR_EMIN: tl.constexpr, CD: tl.constexpr,
     BHV: tl.constexpr, BHK: tl.constexpr,
 ):
-    """Row ``b``, unit ``u`` (a key group; a value head under per-channel decay), items ``[i0, i0 + ITEMS)``
-    of the unit's (value head, value tile) pairs, of a replay call over ``T`` tokens.
+    """Row ``b``, ``unit`` (a key group; a value head under per-channel decay), pairs ``[part * ITEMS,
+    (part + 1) * ITEMS)`` of the unit's (value head, value tile) pairs, of a replay call over ``T`` tokens.
 
     Inputs (contiguous): ``q, k [B, T, HK, K]``, ``v [B, T, HV, V]``, ``log_a [B, T, HV(, K)]``,
     ``beta [B, T, HV]``; output ``out [B, T, HV, V]``. Ring (contiguous): ``k [N, L, HK, K]``,
@@ -327,7 +327,7 @@ def replay_kernel(
                                             count0, j, tt, offs_k, mask_k, bad, KS, LS, T, BT, BL, BK, DELTA, CD)
     else:
         DQ, DK, bad = _key_dots(rk, xq, xk, count0, j, tt, offs_k, mask_k, bad, KS, T, BT, BL, DELTA, CD)
-        GQ = DQ
+        GQ = DQ  # unused: scalar and no decay read their queries and keys per pair
         GK = DQ
 
     for i in tl.range(0, ITEMS):
