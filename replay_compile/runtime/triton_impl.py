@@ -8,7 +8,8 @@ reads a device value on the host, so every operation can be captured in a CUDA g
 
 Small batches are dispatched one level up: the compiler's cost model (``passes``, option ``min_batch``)
 leaves a site to the standard step below a batch size. This runtime has no per-call dispatch: at batch 1
-the replay step measured 11-15 us against 7.8-9.1 us for the standard kernel (H200), and routing a call
+the replay step measured 10.1-13.7 us against 7.8-8.8 us for the standard kernel (H200, one launch per
+call, 2026-12-02), and routing a call
 to ``templates/standard.py`` is only correct for rows with no pending records, which the host cannot
 know without a sync.
 """
