@@ -67,7 +67,8 @@ def _source(fn, args, kwargs):
     return ASTSource(fn=fn, signature=signature, constexprs=constants, attrs=attrs), num_warps
 
 
-def report(fn, args, kwargs) -> str:
+def report(fn, args, kwargs, dump: str = "") -> str:
+    """``ptxas -v``'s summary of one recorded call; with ``dump``, its TTGIR and SASS are written as ``dump.*``."""
     src, num_warps = _source(fn, args, kwargs)
     options = dict(num_warps=num_warps, **({"maxnreg": kwargs["maxnreg"]} if "maxnreg" in kwargs else {}))
     kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
@@ -78,6 +79,13 @@ def report(fn, args, kwargs) -> str:
             f.write(kernel.asm["ptx"])
         log = subprocess.run([ptxas, "-arch=sm_90a", "-v", ptx, "-o", os.path.join(d, "k.cubin")],
                              capture_output=True, text=True).stderr
+        if dump:
+            with open(dump + ".ttgir", "w") as f:
+                f.write(kernel.asm["ttgir"])
+            sass = subprocess.run([ptxas.replace("ptxas", "cuobjdump"), "-sass", os.path.join(d, "k.cubin")],
+                                  capture_output=True, text=True).stdout
+            with open(dump + ".sass", "w") as f:
+                f.write(sass)
     regs = re.search(r"Used (\d+) registers", log)
     spills = re.search(r"(\d+) bytes spill stores", log)
     return (f"{num_warps} warps, {regs.group(1) if regs else '?'} registers, {spills.group(1) if spills else '?'} "
@@ -88,6 +96,9 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("cases", nargs="+", help="shape,read,T,L (read: none, bf16, fp8, fp4)")
     p.add_argument("--batch", type=int, default=256, help="rows (sets the tiling; default 256)")
+    p.add_argument("--dump", default="", help="write each call's TTGIR and SASS under this folder")
+    p.add_argument("--warps", type=int, default=0, help="override the tiling's warps per program")
+    p.add_argument("--block-v", type=int, default=0, help="override the tiling's value tile")
     p.add_argument("--maxnreg", type=int, default=0, help="cap registers per thread (ptxas .maxnreg)")
     args = p.parse_args(argv)
     capture = _Capture(replay.replay_kernel)
@@ -102,9 +113,13 @@ def main(argv=None) -> int:
         x = draw_inputs(shape, args.batch, T, "cpu", seed=1)
         for commit in (True, False):
             triton_impl.advance_into(rs, x, None, out, commit=commit, force_flush=False,
-                                     max_registers=args.maxnreg or None)
+                                     max_registers=args.maxnreg or None, num_warps=args.warps or None,
+                                     block_v=args.block_v or None)
         for (a, kw), commit in zip(capture.calls, ("commit", "no commit")):
-            print(f"{case} ({commit}): {report(capture.fn, a, kw)}", flush=True)
+            dump = os.path.join(args.dump, f"{case.replace(',', '_')}_{commit.replace(' ', '_')}") if args.dump else ""
+            if dump:
+                os.makedirs(args.dump, exist_ok=True)
+            print(f"{case} ({commit}): {report(capture.fn, a, kw, dump)}", flush=True)
         capture.calls.clear()
     return 0
 

@@ -73,17 +73,19 @@ def main(argv=None) -> int:
             print(f"  {read:5s} L={L:2d} bv={bv:3d} nw={nw} mr={mr} it={it}: step {step_us:7.1f} us ({r['step_bw']:.0%} bw, "
                   f"{r['speedup']:.2f}x std)  non-flush {nf_us:7.1f} us ({r['nf_bw']:.0%} bw)", flush=True)
             del rs
-        for T in args.verify:
+        for T, nw, mr in itertools.product(args.verify, args.warps, args.maxnreg):
             L = 16 + T
             xv = draw_inputs(shape, B, T, "cuda", seed=B + T)
             rs = staggered_replay_state(shape, B, L, "cuda", tokens=T)
-            n_all = torch.full((B,), T, device="cuda")
-            def ver():
-                rs.verify(*xv)
-                rs.commit(n_all)
+            n_all = torch.full((B,), T, dtype=torch.int64, device="cuda")
+            out = torch.empty(B, T, rs.num_heads, rs.head_v, device="cuda")
+            kw = {k: val for k, val in (("num_warps", nw), ("max_registers", mr)) if val}
+            def ver():  # rs.verify + rs.commit, with the tiling overrides
+                triton_impl.advance_into(rs, xv, None, out, commit=False, force_flush=False, **kw)
+                triton_impl.commit(rs, n_all, None)
             us, _ = timer(ver)
-            rows.append(dict(shape=name, batch=B, kind="verify", T=T, us=us, vs_std=us / std_us))
-            print(f"  verify T={T}: {us:.1f} us = {us / std_us:.2f}x std step", flush=True)
+            rows.append(dict(shape=name, batch=B, kind="verify", T=T, warps=nw, maxnreg=mr, us=us, vs_std=us / std_us))
+            print(f"  verify T={T} nw={nw} mr={mr}: {us:.1f} us = {us / std_us:.2f}x std step", flush=True)
             del rs
         with open(args.out, "w") as f:
             json.dump(dict(copy_gbps=bw, rows=rows), f, indent=1)
