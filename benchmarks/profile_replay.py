@@ -4,7 +4,8 @@
         python3 benchmarks/profile_replay.py nemotron3-super-mamba2 --read fp8
 
 Rows sit at staggered ring phases (``count[b] = b % L``) as in ``bench kernels``; ``--no-commit`` keeps
-the cursors still, so every profiled launch is the non-flush path alone.
+the cursors still, so every profiled launch is the non-flush path alone; ``--tokens T`` makes each call a
+``T``-token (verify-sized) one.
 """
 from __future__ import annotations
 
@@ -24,12 +25,17 @@ def main(argv=None) -> None:
     p.add_argument("--read", default="none")
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--no-commit", action="store_true")
+    p.add_argument("--tokens", type=int, default=1, help="tokens per call (T > 1: a verify-sized call)")
     args = p.parse_args(argv)
     shape, B, L = SHAPES[args.shape], args.batch, args.window
-    x = draw_inputs(shape, B, None, "cuda", seed=B)
-    x = type(x)(*(None if f is None else f[:, None] for f in x))
-    rs = staggered_replay_state(shape, B, L, "cuda", args.read)
-    out = torch.empty(B, 1, rs.num_heads, rs.head_v, device="cuda")
+    T = args.tokens
+    if T > 1:
+        x = draw_inputs(shape, B, T, "cuda", seed=B)
+    else:
+        x = draw_inputs(shape, B, None, "cuda", seed=B)
+        x = type(x)(*(None if f is None else f[:, None] for f in x))
+    rs = staggered_replay_state(shape, B, L, "cuda", args.read, tokens=T)
+    out = torch.empty(B, T, rs.num_heads, rs.head_v, device="cuda")
     for _ in range(args.steps):
         triton_impl.advance_into(rs, x, None, out, commit=not args.no_commit, force_flush=False)
     torch.cuda.synchronize()

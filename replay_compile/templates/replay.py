@@ -29,19 +29,6 @@ read-copy format, layout (strides + ``LAYOUT_KV``), head dims, grouping, window 
 ``T``, checkpoint dtype (stochastic rounding), compute dtype. Value columns are independent in every
 family (the delta rule's ``S^T k`` reduces over keys), which is what lets a program own a value tile.
 
-# NOTE [token blocks]
-A call of ``T > 1`` tokens (verify) splits the window into the committed records (ring positions
-``< count0``) and the call's own tokens, and computes all ``T`` outputs of a tile together:
-``o_t = A_t (G base^T q_t + sum_j DQc[t, j] W_j u_j) + sum_{s <= t} DQn[t, s] WN[t, s] u_s`` with ``A_t``
-the decay over the call's tokens up to ``t`` and ``WN[t, s]`` from token ``s`` to ``t`` (per head; inside the
-dots under per-channel decay). Under the delta rule the new updates solve one unit lower triangular
-system, ``(I + diag(beta) DKn o WN) U_new = beta (V - X)`` (``X``: the same reads with ``k_t``), by the
-nilpotent product of :func:`_unit_lower_solve`, instead of ``T`` dependent tile reductions. The tile reads
-``base^T q_t`` go through a ``[1, BK / 4, 4, BV]`` view whose default layout keeps each thread's keys in its
-registers: one reduction per token inside the thread and one across warps for all tokens, where the load's
-layout (keys across lanes when keys are contiguous) cost five shuffle rounds per token and value column.
-One-token steps keep the per-token path (``_tile_tokens``), whose layout the step was tuned with.
-
 # NOTE [window weights without differences]
 The decay from record ``i`` to position ``p`` is ``exp(sum_{i<j<=p} log_a_j)``: a reverse cumulative
 sum of the log-decays shifted by one position (gathered a second time at ``j + 1``), never a difference
@@ -276,160 +263,6 @@ def _tile_tokens(base, U, DQ, DK, GQ, GK, rla, xq, xk, xv, xla, xbeta, o_ptr, ru
 
 
 @triton.jit
-def _token_dots(rk, rla, xq, xk, xla, count0, j, tt, offs_k, mask_k, bad,
-                KS: tl.constexpr, LS: tl.constexpr, T: tl.constexpr, BT: tl.constexpr, BL: tl.constexpr,
-                BK: tl.constexpr, DECAY: tl.constexpr, DELTA: tl.constexpr, CD: tl.constexpr):
-    """``(G, DQc, DKc, DQn, DKn, bad)`` of a multi-token call, shared by a unit (NOTE [token blocks]).
-
-    ``G [BK]``: the channel decays of the committed window (per-channel decay; 1 otherwise). Dots with the
-    committed records (ring positions ``< count0``):
-    ``DQc[t, j] = k_j . q_t``, and with the call's own keys: ``DQn[t, s] = k_s . q_t`` for ``s <= t``;
-    ``DKc / DKn`` likewise with ``k_t``, ``DKn`` strictly below the diagonal (delta rule). Under per-channel
-    decay the decays from record to token are inside the dots (running products, NOTE [window weights
-    without differences]); scalar decays are applied per head in :func:`_tile_token_block`.
-    """
-    KW = _ring(rk, KS, j, count0, offs_k, mask_k, CD)
-    if DECAY == 2:
-        LA = _ring(rla, LS, j, count0, offs_k, mask_k, CD)
-        LN = _ring(rla, LS, j + 1, count0, offs_k, mask_k, CD)
-        G = tl.exp(tl.sum(LA, 0))
-        G0 = G
-        KW = KW * tl.exp(tl.cumsum(tl.where((j + 1 < count0)[:, None], LN, 0.0), 0, reverse=True))
-    else:
-        G0 = tl.full([BK], 1.0, CD)
-    KN = tl.zeros([BT, BK], CD)
-    DQc = tl.zeros([BT, BL], CD)
-    DKc = DQc
-    DQn = tl.zeros([BT, BT], CD)
-    DKn = DQn
-    for t in tl.static_range(T):
-        q_t = tl.load(xq + t * KS + offs_k, mask=mask_k, other=0.0).to(CD)
-        k_t = tl.load(xk + t * KS + offs_k, mask=mask_k, other=0.0).to(CD)
-        bad = bad | _any_nonfinite(q_t) | _any_nonfinite(k_t)
-        if DECAY == 2:
-            la_t = tl.load(xla + t * LS + offs_k, mask=mask_k, other=0.0).to(CD)
-            bad = bad | _any_nonfinite(la_t)
-            a_t = tl.exp(la_t)
-            G = G * a_t
-            KW = KW * a_t[None, :]
-            KN = KN * a_t[None, :]
-        if DELTA:  # the read of token t is S_{p-1} decayed by a_p: row t of KN is not set yet
-            DKc = _put_row(DKc, tt, t, tl.sum(KW * k_t[None, :], 1))
-            DKn = _put_row(DKn, tt, t, tl.sum(KN * k_t[None, :], 1))
-        KN = tl.where((tt == t)[:, None], k_t[None, :], KN)
-        DQc = _put_row(DQc, tt, t, tl.sum(KW * q_t[None, :], 1))
-        DQn = _put_row(DQn, tt, t, tl.sum(KN * q_t[None, :], 1))
-    return G0, DQc, DKc, DQn, DKn, bad
-
-
-@triton.jit
-def _tile_reads(base, Uw, DQc, DKc, xq, xk, xla, G, tt, offs_k, mask_k, KS: tl.constexpr, LS: tl.constexpr,
-                T: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BL: tl.constexpr,
-                DECAY: tl.constexpr, DELTA: tl.constexpr, CD: tl.constexpr):
-    """``(RQ, CQ, RK, CK)`` ``[BT, BV]`` of every token: its read of the tile ``base^T q_t`` (``G^(t)``-scaled
-    under per-channel decay) and of the committed window ``Uw^T DQc[t]`` (``Uw``: weighted updates), and
-    the same with ``k_t`` (delta rule). Each reduction stays inside a thread (NOTE [token blocks]).
-    """
-    SPLIT: tl.constexpr = 4  # the default layout of [1, N // SPLIT, SPLIT, BV] gives each warp one slice of the
-    # reduced axis, each lane value columns and each thread N // SPLIT of the reduced values
-    SL: tl.constexpr = SPLIT if BL >= SPLIT else BL
-    b4 = tl.reshape(base, [BK // SPLIT, SPLIT, BV])[None, :, :, :]  # key k = i * SPLIT + w (a sum takes any split)
-    u4 = tl.reshape(Uw, [BL // SL, SL, BV])[None, :, :, :]
-    PQ = tl.zeros([BT, SPLIT, BV], CD)
-    PK = PQ
-    PC = tl.zeros([BT, SL, BV], CD)
-    PD = PC
-    t3 = tt[:, None, None]
-    for t in tl.static_range(T):
-        q_t = tl.load(xq + t * KS + offs_k, mask=mask_k, other=0.0).to(CD)
-        if DECAY == 2:
-            G = G * tl.exp(tl.load(xla + t * LS + offs_k, mask=mask_k, other=0.0).to(CD))
-            q_t = G * q_t
-        PQ = tl.where(t3 == t, tl.sum(b4 * tl.reshape(q_t, [BK // SPLIT, SPLIT])[None, :, :, None], 1), PQ)
-        PC = tl.where(t3 == t, tl.sum(u4 * tl.reshape(_get_row(DQc, tt, t), [BL // SL, SL])[None, :, :, None], 1), PC)
-        if DELTA:
-            k_t = tl.load(xk + t * KS + offs_k, mask=mask_k, other=0.0).to(CD)
-            if DECAY == 2:
-                k_t = G * k_t
-            PK = tl.where(t3 == t, tl.sum(b4 * tl.reshape(k_t, [BK // SPLIT, SPLIT])[None, :, :, None], 1), PK)
-            PD = tl.where(t3 == t, tl.sum(u4 * tl.reshape(_get_row(DKc, tt, t), [BL // SL, SL])[None, :, :, None], 1),
-                          PD)
-    return tl.sum(PQ, 1), tl.sum(PC, 1), tl.sum(PK, 1), tl.sum(PD, 1)
-
-
-@triton.jit
-def _matmul(a, b):
-    """``a @ b`` for small register matrices ``a [M, N]``, ``b [N, P]``, exactly in the compute dtype."""
-    return tl.sum(a[:, :, None] * b[None, :, :], 1)
-
-
-@triton.jit
-def _unit_lower_solve(M, R, BT: tl.constexpr):
-    """``(I + M)^-1 R`` for strictly lower triangular ``M [BT, BT]``: ``sum_n (-M)^n R`` as ``prod_i (I + P^(2^i))``.
-
-    ``P = -M`` is nilpotent (``P^BT = 0``), so ``log2(BT)`` factors cover every power below ``BT``.
-    """
-    P = -M
-    Y = R
-    for i in tl.static_range(BT):
-        if (1 << i) < BT:
-            Y = Y + _matmul(P, Y)
-            P = _matmul(P, P)
-    return Y
-
-
-@triton.jit
-def _tile_token_block(base, Uc, G0, DQc, DKc, DQn, DKn, rla, xq, xk, xv, xla, xbeta, o_ptr, ru, rv, count0, j, tt,
-                      offs_k, mask_k, cols_v, mask_v, live, bad,
-                      KS: tl.constexpr, US: tl.constexpr, LS: tl.constexpr, HV: tl.constexpr, V: tl.constexpr,
-                      T: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BL: tl.constexpr,
-                      DECAY: tl.constexpr, DELTA: tl.constexpr, RAW: tl.constexpr, CD: tl.constexpr):
-    """The ``T`` outputs of one (head, value tile) at once (NOTE [token blocks]); returns ``bad``.
-
-    ``base [BK, BV]``, committed updates ``Uc [BL, BV]``, the unit's dots from :func:`_token_dots`. Writes
-    outputs and update records ``u`` (and raw ``v``) of all tokens.
-    """
-    live_t = tt < T
-    s_lt_t = tt[None, :] < tt[:, None]
-    s_le_t = tt[None, :] <= tt[:, None]
-    W = tl.where(j < count0, 1.0, 0.0).to(CD)  # committed record j -> the last committed position
-    Gc = 1.0  # decay of the checkpoint to that position
-    if DECAY == 1:
-        Gc = tl.exp(tl.sum(_ring1(rla, LS, j, count0, CD), 0))
-        LN = _ring1(rla, LS, j + 1, count0, CD)
-        W = W * tl.exp(tl.cumsum(tl.where(j + 1 < count0, LN, 0.0), 0, reverse=True))
-        la = tl.load(xla + tt * LS, mask=live_t, other=0.0).to(CD)
-        bad = bad | _any_nonfinite(la)
-        A = tl.exp(tl.cumsum(la, 0))[:, None]  # decay over the call's tokens up to t
-        # WN[t, s] = exp(sum_{s < r <= t} log_a_r): a masked sum, not a difference of prefix sums
-        r_in = (tt[None, None, :] > tt[None, :, None]) & (tt[None, None, :] <= tt[:, None, None])
-        WN = tl.where(s_le_t, tl.exp(tl.sum(tl.where(r_in, la[None, None, :], 0.0), 2)), 0.0)
-    else:
-        A = 1.0
-        WN = tl.where(s_le_t, 1.0, 0.0).to(CD)
-    Vn = tl.load(xv + tt[:, None] * US + cols_v[None, :], mask=live_t[:, None] & mask_v[None, :], other=0.0).to(CD)
-    bad = bad | _any_nonfinite(Vn)
-    RQ, CQ, RK, CK = _tile_reads(base, W[:, None] * Uc, DQc, DKc, xq, xk, xla, G0, tt, offs_k, mask_k, KS, LS, T, BT,
-                                 BK, BV, BL, DECAY, DELTA, CD)
-    O = A * (Gc * RQ + CQ)
-    Un = Vn
-    if DELTA:
-        beta = tl.load(xbeta + tt * HV, mask=live_t, other=0.0).to(CD)
-        bad = bad | _any_nonfinite(beta)
-        X = A * (Gc * RK + CK)
-        M = tl.where(s_lt_t, beta[:, None] * DKn * WN, 0.0)
-        Un = _unit_lower_solve(M, beta[:, None] * (Vn - X), BT)
-    O = O + _matmul(DQn * WN, Un)
-    rows = live_t[:, None] & mask_v[None, :]
-    tl.store(o_ptr + tt[:, None] * HV * V + cols_v[None, :], tl.where(live, O, 0.0), mask=rows)
-    at = (count0 + tt)[:, None] * US + cols_v[None, :]
-    tl.store(ru + at, Un, mask=rows & live)
-    if RAW:
-        tl.store(rv + at, Vn, mask=rows & live)
-    return bad
-
-
-@triton.jit
 def _any_nonfinite(x):
     return tl.sum((~(tl.abs(x) < float("inf"))).to(tl.int32)) > 0
 
@@ -489,13 +322,7 @@ def replay_kernel(
     xk = k + b * T * KS + hk * K
 
     bad = live & (c < 0)
-    if T > 1:  # NOTE [token blocks]
-        G0, DQ, DK, DQn, DKn, bad = _token_dots(rk, ring_la + slot * L * LS + h0 * LW, xq, xk,
-                                                    log_a + b * T * LS + h0 * LW, count0, j, tt, offs_k, mask_k,
-                                                    bad, KS, LS, T, BT, BL, BK, DECAY, DELTA, CD)
-        GQ = DQ  # unused in token blocks
-        GK = DQ
-    elif DECAY == 2:
+    if DECAY == 2:
         DQ, DK, GQ, GK, bad = _channel_dots(rk, ring_la + slot * L * LS + h0 * LW, xq, xk, log_a + b * T * LS + h0 * LW,
                                             count0, j, tt, offs_k, mask_k, bad, KS, LS, T, BT, BL, BK, DELTA, CD)
     else:
@@ -543,15 +370,9 @@ def replay_kernel(
             tl.debug_barrier()  # every old record is read before this tile's new records overwrite them
 
             U = _ring(ru, US, j, count0, cols_v, mask_v, CD)
-            o_ptr = out + (b * T * HV + h) * V + vt * BV
-            if T > 1:
-                bad = _tile_token_block(base, U, G0, DQ, DK, DQn, DKn, rla, xq, xk, xv, xla, xbeta, o_ptr, ru, rv,
-                                        count0, j, tt, offs_k, mask_k, cols_v, mask_v, live, bad, KS, US, LS, HV, V,
-                                        T, BT, BK, BV, BL, DECAY, DELTA, RAW, CD)
-            else:
-                bad = _tile_tokens(base, U, DQ, DK, GQ, GK, rla, xq, xk, xv, xla, xbeta, o_ptr, ru, rv, count0, j, tt,
-                                   offs_k, mask_k, cols_v, mask_v, live, bad, KS, US, LS, HV, V, T, DECAY, DELTA,
-                                   RAW, CD)
+            bad = _tile_tokens(base, U, DQ, DK, GQ, GK, rla, xq, xk, xv, xla, xbeta, out + (b * T * HV + h) * V
+                               + vt * BV, ru, rv, count0, j, tt, offs_k, mask_k, cols_v, mask_v, live, bad,
+                               KS, US, LS, HV, V, T, DECAY, DELTA, RAW, CD)
 
             tl.debug_barrier()  # the new u records written above are visible to every thread of the fold
             new = base
