@@ -29,6 +29,17 @@ read-copy format, layout (strides + ``LAYOUT_KV``), head dims, grouping, window 
 ``T``, checkpoint dtype (stochastic rounding), compute dtype. Value columns are independent in every
 family (the delta rule's ``S^T k`` reduces over keys), which is what lets a program own a value tile.
 
+# NOTE [tile layout]
+Where keys are contiguous (``vk`` states), a ``[BK, BV]`` load takes the coalescer's layout: 4 keys per
+thread, the other key bits across the 32 lanes, so each token's ``base^T q`` costs 5 shuffle rounds per
+value column a thread holds. ``_load_tile`` loads the tile as ``[BV, BK / 32, 32]`` instead: still 16-byte
+vectors along keys, but the coalescer then spends only 8 lanes on keys and 4 on values, and the chunks of 32
+keys sit in registers, so a token's reduction is 16 products in the thread and 3 shuffle rounds (sm_90
+compile of an 8-token call: 635 -> 363 shuffles, 168 -> 158 registers; one-token step 93 -> 59 shuffles; H200,
+batch 256: step 419.5 -> 397.8 us, verify T = 4 / 8 1512 / 2668 -> 1066 / 2143 us). The same load for the ring's
+keys in ``_key_dots`` halved the shuffles of the sm_90 compile but made verify slower on the H200 (Mamba-2
+T = 8 2941 us, GDN 4253 us), and for read copies it added barriers and spills: both kept the plain load.
+
 # NOTE [window weights without differences]
 The decay from record ``i`` to position ``p`` is ``exp(sum_{i<j<=p} log_a_j)``: a reverse cumulative
 sum of the log-decays shifted by one position (gathered a second time at ``j + 1``), never a difference
@@ -49,7 +60,6 @@ from ..families.base import Canonical
 from .cursors import commit_kernel, finalize_row, load_row, row_phase
 from .readcopy import READ_CODES, load_read_tile, store_read_tile
 from .sround import SR_FORMATS, slot_seed, stochastic_round
-from .tiles import load_key_rows
 
 # records a flush fold loads per loop iteration. Every H200 figure so far was measured at 1 (no unrolling);
 # 4 cost no registers in sm90_report.py but has not been timed on the GPU.
@@ -61,13 +71,6 @@ def _ring(ring_row, stride, j, n, cols, col_mask, CD: tl.constexpr):
     """``[BL, BC]`` ring records at positions ``j < n`` (0 at the others, which are never read)."""
     live = (j < n)[:, None] & col_mask[None, :]
     return tl.load(ring_row + j[:, None] * stride + cols[None, :], mask=live, other=0.0).to(CD)
-
-
-@triton.jit
-def _ring_keys(ring_row, stride, j, n, K: tl.constexpr, BK: tl.constexpr, CD: tl.constexpr):
-    """:func:`_ring` for key-indexed records ``[BL, BK]`` (keys, per-channel log-decays), keys split as in
-    :func:`tiles.load_key_rows` (NOTE [tile layout])."""
-    return load_key_rows(ring_row, j, stride, j < n, 1, K, BK, CD)
 
 
 @triton.jit
@@ -157,15 +160,15 @@ def _tile_dot(base, x):
 
 @triton.jit
 def _key_dots(rk, xq, xk, count0, j, tt, offs_k, mask_k, bad,
-              KS: tl.constexpr, T: tl.constexpr, BT: tl.constexpr, BL: tl.constexpr, K: tl.constexpr,
-              BK: tl.constexpr, DELTA: tl.constexpr, CD: tl.constexpr):
+              KS: tl.constexpr, T: tl.constexpr, BT: tl.constexpr, BL: tl.constexpr, DELTA: tl.constexpr,
+              CD: tl.constexpr):
     """``(DQ, DK, bad)``: the window keys' dots with each token's query (and key), shared by a key group.
 
     ``DQ[t, j] = k_j . q_t`` over window positions ``j <= count0 + t`` (the ring's records below ``count0``,
     then the call's tokens; 0 beyond), ``DK`` likewise with ``k_t`` (delta rule). Scalar and no decay
     only: their weights are one number per record and head, applied per head (NOTE [key-group programs]).
     """
-    KW = _ring_keys(rk, KS, j, count0, K, BK, CD)
+    KW = _ring(rk, KS, j, count0, offs_k, mask_k, CD)
     DQ = tl.zeros([BT, BL], CD)
     DK = DQ
     for t in tl.static_range(T):
@@ -190,7 +193,7 @@ def _channel_dots(rk, rla, xq, xk, xla, count0, j, tt, offs_k, mask_k, bad,
     decay of the whole window: token ``t`` reads ``base^T GQ[t] + sum_j DQ[t, j] u_j``. ``DK``, ``GK``
     likewise with ``k_t`` (delta rule: ``S_{p-1}`` decayed by ``a_p``).
     """
-    KW = _ring(rk, KS, j, count0, offs_k, mask_k, CD)  # the split layout of _ring_keys spilled here (sm_90 compile)
+    KW = _ring(rk, KS, j, count0, offs_k, mask_k, CD)
     LA = _ring(rla, LS, j, count0, offs_k, mask_k, CD)
     LN = _ring(rla, LS, j + 1, count0, offs_k, mask_k, CD)
     G = tl.exp(tl.sum(LA, 0))
@@ -273,13 +276,18 @@ def _tile_tokens(base, U, DQ, DK, GQ, GK, rla, xq, xk, xv, xla, xbeta, o_ptr, ru
 @triton.jit
 def _load_tile(head_ptr, offs_k, mask_k, offs_v, mask_v, stride_sk, stride_sv, K: tl.constexpr, BK: tl.constexpr,
                BV: tl.constexpr, LAYOUT_KV: tl.constexpr, CD: tl.constexpr):
-    """The checkpoint tile ``[BK, BV]`` of one head (``head_ptr``); with contiguous keys in the layout of
-    :func:`tiles.load_key_rows` (NOTE [tile layout])."""
+    """The checkpoint tile ``[BK, BV]`` of one head (``head_ptr``), in a layout that keeps a token's key reduction
+    mostly inside each thread (NOTE [tile layout])."""
     if LAYOUT_KV:
         ptr = head_ptr + offs_k[:, None] * stride_sk + offs_v[None, :] * stride_sv
         return tl.load(ptr, mask=mask_k[:, None] & mask_v[None, :], other=0.0).to(CD)
     else:
-        return tl.trans(load_key_rows(head_ptr, offs_v, stride_sv, mask_v, stride_sk, K, BK, CD))
+        KI: tl.constexpr = BK if BK < 32 else 32
+        KC: tl.constexpr = BK // KI
+        k3 = tl.arange(0, KC)[None, :, None] * KI + tl.arange(0, KI)[None, None, :]  # fresh aranges: the loads vectorize
+        m3 = (k3 < K) & mask_v[:, None, None]
+        x = tl.load(head_ptr + offs_v[:, None, None] * stride_sv + k3 * stride_sk, mask=m3, other=0.0)
+        return tl.reshape(tl.permute(x, (1, 2, 0)), [BK, BV]).to(CD)
 
 
 @triton.jit
@@ -346,7 +354,7 @@ def replay_kernel(
         DQ, DK, GQ, GK, bad = _channel_dots(rk, ring_la + slot * L * LS + h0 * LW, xq, xk, log_a + b * T * LS + h0 * LW,
                                             count0, j, tt, offs_k, mask_k, bad, KS, LS, T, BT, BL, BK, DELTA, CD)
     else:
-        DQ, DK, bad = _key_dots(rk, xq, xk, count0, j, tt, offs_k, mask_k, bad, KS, T, BT, BL, K, BK, DELTA, CD)
+        DQ, DK, bad = _key_dots(rk, xq, xk, count0, j, tt, offs_k, mask_k, bad, KS, T, BT, BL, DELTA, CD)
         GQ = DQ  # unused: scalar and no decay read their queries and keys per pair
         GK = DQ
 
