@@ -7,8 +7,11 @@ multiples of 16 marked), runs Triton's bundled ``ptxas -v`` and prints what it r
 
     python benchmarks/sm90_report.py nemotron3-super-mamba2,none,1,16 qwen3.5-122b-gdn,fp8,8,24 --batch 256
 
-Each case is ``shape,read,T,L`` (shapes of ``replayssm bench kernels``). Figures are the compiler's, not
-timings: on 2026-12-02 a kernel with no spills still ran at half of bandwidth (BENCHMARKS.md).
+Each case is ``shape,read,T,L`` (shapes of ``replayssm bench kernels``). ``--dump DIR`` also writes each
+call's TTGIR (the layouts Triton chose) and SASS (count the SHFL / BAR / LDS a change adds or removes);
+``--warps``, ``--block-v`` and ``--maxnreg`` override the tiling. Figures are the compiler's, not timings: on
+2026-12-02 a kernel with no spills still ran at half of bandwidth, and on 2026-12-03 a variant with half the
+shuffles ran slower (BENCHMARKS.md).
 """
 from __future__ import annotations
 

@@ -3,7 +3,8 @@
 For each real shape at one batch size it times, per (read format, L, block_v, num_warps, maxnreg, items):
 ``step`` (a decode step with rows at staggered ring phases, the L-step amortized cost, as `bench kernels`)
 and ``nf`` (the same call without committing: no row flushes, the cursors stay put: the non-flush path
-alone), beside our standard kernel, with GB/s against the copy bandwidth of the same run.
+alone), beside our standard kernel, with GB/s against the copy bandwidth of the same run; ``--verify T,...``
+adds a verify of T tokens + commit of all (L = 16 + T) per (num_warps, maxnreg).
 
     python benchmarks/tune_replay.py --batch 256 --out tune.json
 """
