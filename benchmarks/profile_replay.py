@@ -5,7 +5,7 @@
 
 Rows sit at staggered ring phases (``count[b] = b % L``) as in ``bench kernels``; ``--no-commit`` keeps
 the cursors still, so every profiled launch is the non-flush path alone; ``--tokens T`` makes each call a
-``T``-token (verify-sized) one.
+``T``-token one: with ``--no-commit`` that is the verify kernel (a committing call folds after it).
 """
 from __future__ import annotations
 
@@ -29,11 +29,7 @@ def main(argv=None) -> None:
     args = p.parse_args(argv)
     shape, B, L = SHAPES[args.shape], args.batch, args.window
     T = args.tokens
-    if T > 1:
-        x = draw_inputs(shape, B, T, "cuda", seed=B)
-    else:
-        x = draw_inputs(shape, B, None, "cuda", seed=B)
-        x = type(x)(*(None if f is None else f[:, None] for f in x))
+    x = draw_inputs(shape, B, T, "cuda", seed=B)
     rs = staggered_replay_state(shape, B, L, "cuda", args.read, tokens=T)
     out = torch.empty(B, T, rs.num_heads, rs.head_v, device="cuda")
     for _ in range(args.steps):

@@ -104,6 +104,8 @@ def main(argv=None) -> int:
     p.add_argument("--block-v", type=int, default=0, help="override the tiling's value tile")
     p.add_argument("--maxnreg", type=int, default=0, help="cap registers per thread (ptxas .maxnreg)")
     args = p.parse_args(argv)
+    if args.dump:
+        os.makedirs(args.dump, exist_ok=True)
     capture = _Capture(replay.replay_kernel)
     replay.replay_kernel = capture
     for case in args.cases:
@@ -120,8 +122,6 @@ def main(argv=None) -> int:
                                      block_v=args.block_v or None)
         for (a, kw), commit in zip(capture.calls, ("commit", "no commit")):
             dump = os.path.join(args.dump, f"{case.replace(',', '_')}_{commit.replace(' ', '_')}") if args.dump else ""
-            if dump:
-                os.makedirs(args.dump, exist_ok=True)
             print(f"{case} ({commit}): {report(capture.fn, a, kw, dump)}", flush=True)
         capture.calls.clear()
     return 0

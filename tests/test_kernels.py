@@ -172,12 +172,13 @@ def test_multi_token_calls_at_head_dims_over_16(family):
         p.step()
 
 
-@pytest.mark.parametrize("family", ["mamba2", "gated_deltanet"])
-def test_vk_tiles_of_several_key_chunks(family):
+@pytest.mark.parametrize("family,read", [("mamba2", None), ("gated_deltanet", None), ("mamba2", "fp8")])
+def test_vk_tiles_of_several_key_chunks(family, read):
     """K = 40 in the vk layout: the checkpoint tile is loaded as two chunks of 32 keys, the second one partly
-    masked (NOTE [tile layout]); steps, flushes and verify with partial acceptance."""
+    masked (NOTE [tile layout]); steps, flushes and verify with partial acceptance; with a read copy the
+    flushing rows swap in the exact tile over the copy's."""
     g = torch.Generator().manual_seed(40 + FAMILIES.index(family))
-    p = Pair(family, B=2, H=2, Hk=1, K=40, V=5, L=4, layout="vk", generator=g)
+    p = Pair(family, B=2, H=2, Hk=1, K=40, V=5, L=4, layout="vk", read=read, generator=g)
     for T in (1, 3, 1, 2, 1, 1):
         if T == 1:
             p.step()

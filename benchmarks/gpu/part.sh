@@ -10,6 +10,14 @@ part() {
   grep -v Warning "$log" | tail -n "${TAIL:-20}" | cut -c1-240
 }
 
+# transformers (test extra) from wheels carried in .whl/models where the machine has none
+# (pip download transformers==5.17.0 for cp312 manylinux: only missing dependencies get installed)
+ensure_transformers() {
+  python3 -c "import transformers" 2>/dev/null || python3 -m pip install -q --no-index --find-links .whl/models \
+    "transformers==5.17.0" 2>&1 | grep -v WARN | tail -2
+  python3 -c "import transformers; print('transformers', transformers.__version__)"
+}
+
 gpu_setup() {
   export PYTHONUNBUFFERED=1 REPLAYSSM_COMMIT=${2:-${REPLAYSSM_COMMIT:-unknown}}
   OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"; PART_LOG="$OUT/$1"

@@ -32,13 +32,15 @@ family (the delta rule's ``S^T k`` reduces over keys), which is what lets a prog
 # NOTE [tile layout]
 Where keys are contiguous (``vk`` states), a ``[BK, BV]`` load takes the coalescer's layout: 4 keys per
 thread, the other key bits across the 32 lanes, so each token's ``base^T q`` costs 5 shuffle rounds per
-value column a thread holds. ``_load_tile`` loads the tile as ``[BV, BK / 32, 32]`` instead: still 16-byte
-vectors along keys, but the coalescer then spends only 8 lanes on keys and 4 on values, and the chunks of 32
-keys sit in registers, so a token's reduction is 16 products in the thread and 3 shuffle rounds (sm_90
-compile of an 8-token call: 635 -> 363 shuffles, 168 -> 158 registers; one-token step 93 -> 59 shuffles; H200,
-batch 256: step 419.5 -> 397.8 us, verify T = 4 / 8 1512 / 2668 -> 1066 / 2143 us). The same load for the ring's
-keys in ``_key_dots`` halved the shuffles of the sm_90 compile but made verify slower on the H200 (Mamba-2
-T = 8 2941 us, GDN 4253 us), and for read copies it added barriers and spills: both kept the plain load.
+value column a thread holds. ``_load_tile`` loads the fp32 checkpoint tile as ``[BV, BK / 32, 32]`` instead:
+still 16-byte vectors along keys, but (fp32, K = 128) the coalescer then spends only 8 lanes on keys and 4 on
+values, and the chunks of 32 keys sit in registers, so a token's reduction is 16 products in the thread and
+3 shuffle rounds (sm_90 compile of a Mamba-2 8-token call: 635 -> 363 shuffles, 168 -> 158 registers;
+one-token step 93 -> 59 shuffles. H200, batch 256: step 419.5 -> 397.8 us, verify T = 8 2668 -> 2143 us).
+Kept plain, each after a trial: the ring's keys in ``_key_dots`` (half the shuffles in the sm_90 compile, but
+verify slower on the H200: Mamba-2 T = 8 2941 us), read copies (more barriers and spills in the compile),
+and the exact tile a flushing row swaps in over its read copy (the two layouts would meet at the swap; the
+read-copy kernel is then the one measured before this change, SASS for SASS).
 
 # NOTE [window weights without differences]
 The decay from record ``i`` to position ``p`` is ``exp(sum_{i<j<=p} log_a_j)``: a reverse cumulative
@@ -383,9 +385,8 @@ def replay_kernel(
             if READ > 0:  # one tile live at a time: non-flush rows keep the copy, flush rows swap in the exact tile
                 base = load_read_tile(read_data, read_row_scale, read_block_scale, head, offs_k, offs_v, mask_kv,
                                       True, K, V, BK, BV, READ, CD)
-                if flush:
-                    base = _load_tile(s_head, offs_k, mask_k, offs_v, mask_v, stride_sk, stride_sv, K, BK, BV,
-                                      LAYOUT_KV, CD)
+                if flush:  # the plain load: a key-chunk tile here would meet the copy's layout (NOTE [tile layout])
+                    base = tl.load(s_tile, mask=mask_kv, other=0.0).to(CD)
             else:
                 base = _load_tile(s_head, offs_k, mask_k, offs_v, mask_v, stride_sk, stride_sv, K, BK, BV, LAYOUT_KV,
                                   CD)
