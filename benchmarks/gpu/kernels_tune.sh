@@ -2,8 +2,8 @@
 # Replay-kernel GPU check (~8 min on a fresh H200): the GPU kernel tests first, then the replay step at batch 1 and
 # 256 (read none / fp8) with verify T = 4, 8, speculative decoding against snapshots (`bench spec`, batch 256), and
 # the model stacks at batch 256 (`bench model`, CUDA graphs). Usage: bash benchmarks/gpu/kernels_tune.sh [commit]
-# (writes under $OUT). ITEMS=0,1,4,16 adds a sweep of (head, value tile) pairs per program; NCU=1 an Nsight
-# Compute read of the Mamba-2 step.
+# (writes under $OUT). ITEMS=0,1,4,16 adds a sweep of (head, value tile) pairs per program; NCU=1 Nsight
+# Compute reads of the Mamba-2 step and of the verify kernel (T = 8; Mamba-2, GDN: +2 min).
 set -u
 source "$(dirname "$0")/part.sh"
 gpu_setup kernels_log.txt "${1:-}"
@@ -22,5 +22,9 @@ if [ -n "${NCU:-}" ]; then
   NCU_ARGS=(ncu --clock-control none -k regex:replay_kernel -s 1 -c 1 --section SpeedOfLight --section Occupancy
             --section LaunchStats --section WarpStateStats)
   TAIL=60 part ncu_mamba2 60 "${NCU_ARGS[@]}" python3 benchmarks/profile_replay.py nemotron3-super-mamba2
+  for shape in nemotron3-super-mamba2 qwen3.5-122b-gdn; do  # the verify kernel: where its time goes (stall reasons)
+    TAIL=60 part "ncu_verify_$shape" 60 "${NCU_ARGS[@]}" --section SchedulerStats --section InstructionStats \
+      python3 benchmarks/profile_replay.py "$shape" --tokens 8 --window 24 --no-commit --steps 2
+  done
 fi
 echo total $SECONDS
