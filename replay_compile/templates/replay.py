@@ -276,19 +276,18 @@ def _tile_tokens(base, U, DQ, DK, GQ, GK, rla, xq, xk, xv, xla, xbeta, o_ptr, ru
 
 
 @triton.jit
-def _load_tile(head_ptr, offs_k, mask_k, offs_v, mask_v, stride_sk, stride_sv, K: tl.constexpr, BK: tl.constexpr,
+def _load_tile(s_tile, mask_kv, s_head, offs_v, mask_v, stride_sk, stride_sv, K: tl.constexpr, BK: tl.constexpr,
                BV: tl.constexpr, LAYOUT_KV: tl.constexpr, CD: tl.constexpr):
-    """The checkpoint tile ``[BK, BV]`` of one head (``head_ptr``), in a layout that keeps a token's key reduction
-    mostly inside each thread (NOTE [tile layout])."""
+    """The checkpoint tile ``[BK, BV]`` at ``s_tile`` (pointers ``[BK, BV]`` into the head at ``s_head``); with
+    contiguous keys, loaded so that a token's key reduction stays mostly inside each thread (NOTE [tile layout])."""
     if LAYOUT_KV:
-        ptr = head_ptr + offs_k[:, None] * stride_sk + offs_v[None, :] * stride_sv
-        return tl.load(ptr, mask=mask_k[:, None] & mask_v[None, :], other=0.0).to(CD)
+        return tl.load(s_tile, mask=mask_kv, other=0.0).to(CD)
     else:
         KI: tl.constexpr = BK if BK < 32 else 32
         KC: tl.constexpr = BK // KI
         k3 = tl.arange(0, KC)[None, :, None] * KI + tl.arange(0, KI)[None, None, :]  # fresh aranges: the loads vectorize
         m3 = (k3 < K) & mask_v[:, None, None]
-        x = tl.load(head_ptr + offs_v[:, None, None] * stride_sv + k3 * stride_sk, mask=m3, other=0.0)
+        x = tl.load(s_head + offs_v[:, None, None] * stride_sv + k3 * stride_sk, mask=m3, other=0.0)
         return tl.reshape(tl.permute(x, (1, 2, 0)), [BK, BV]).to(CD)
 
 
@@ -388,7 +387,7 @@ def replay_kernel(
                 if flush:  # the plain load: a key-chunk tile here would meet the copy's layout (NOTE [tile layout])
                     base = tl.load(s_tile, mask=mask_kv, other=0.0).to(CD)
             else:
-                base = _load_tile(s_head, offs_k, mask_k, offs_v, mask_v, stride_sk, stride_sv, K, BK, BV, LAYOUT_KV,
+                base = _load_tile(s_tile, mask_kv, s_head, offs_v, mask_v, stride_sk, stride_sv, K, BK, BV, LAYOUT_KV,
                                   CD)
 
             if pre:  # fold the committed records first (their ring positions are about to be reused)
