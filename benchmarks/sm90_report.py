@@ -9,7 +9,7 @@ multiples of 16 marked), runs Triton's bundled ``ptxas -v`` and prints what it r
 
 Each case is ``shape,read,T,L`` (shapes of ``replayssm bench kernels``). ``--dump DIR`` also writes each
 call's TTGIR (the layouts Triton chose) and SASS (count the SHFL / BAR / LDS a change adds or removes);
-``--warps``, ``--block-v``, ``--maxnreg`` and ``--key-lanes`` override the tiling. Figures are the compiler's, not timings: on
+``--warps``, ``--block-v`` and ``--maxnreg`` override the tiling. Figures are the compiler's, not timings: on
 2026-12-02 a kernel with no spills still ran at half of bandwidth, and on 2026-12-03 a variant with half the
 shuffles ran slower (BENCHMARKS.md).
 """
@@ -103,7 +103,6 @@ def main(argv=None) -> int:
     p.add_argument("--warps", type=int, default=0, help="override the tiling's warps per program")
     p.add_argument("--block-v", type=int, default=0, help="override the tiling's value tile")
     p.add_argument("--maxnreg", type=int, default=0, help="cap registers per thread (ptxas .maxnreg)")
-    p.add_argument("--key-lanes", type=int, default=-1, help="override the kv tile's lanes along keys (0: plain load)")
     args = p.parse_args(argv)
     if args.dump:
         os.makedirs(args.dump, exist_ok=True)
@@ -120,8 +119,7 @@ def main(argv=None) -> int:
         for commit in (True, False):
             triton_impl.advance_into(rs, x, None, out, commit=commit, force_flush=False,
                                      max_registers=args.maxnreg or None, num_warps=args.warps or None,
-                                     block_v=args.block_v or None,
-                                     key_lanes=None if args.key_lanes < 0 else args.key_lanes)
+                                     block_v=args.block_v or None)
         for (a, kw), commit in zip(capture.calls, ("commit", "no commit")):
             dump = os.path.join(args.dump, f"{case.replace(',', '_')}_{commit.replace(' ', '_')}") if args.dump else ""
             print(f"{case} ({commit}): {report(capture.fn, a, kw, dump)}", flush=True)

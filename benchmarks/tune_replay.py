@@ -1,11 +1,10 @@
 """Tiling sweep of the replay template on the GPU (a development tool; figures go to BENCHMARKS.md).
 
-For each real shape at one batch size it times, per (read format, L, block_v, num_warps, maxnreg, items, key lanes):
+For each real shape at one batch size it times, per (read format, L, block_v, num_warps, maxnreg, items):
 ``step`` (a decode step with rows at staggered ring phases, the L-step amortized cost, as `bench kernels`)
 and ``nf`` (the same call without committing: no row flushes, the cursors stay put: the non-flush path
 alone), beside our standard kernel, with GB/s against the copy bandwidth of the same run; ``--verify T,...``
-adds a verify of T tokens + commit of all (L = 16 + T, fp32 checkpoint, no read copy) per (num_warps, maxnreg,
-key lanes).
+adds a verify of T tokens + commit of all (L = 16 + T, fp32 checkpoint, no read copy) per (num_warps, maxnreg).
 
     python benchmarks/tune_replay.py --batch 256 --out tune.json
 """
@@ -26,12 +25,6 @@ from replay_compile.runtime import triton_impl
 from replay_compile.templates.standard import standard_step
 
 
-def _overrides(key_lanes=-1, **sizes) -> dict:
-    """Keywords of ``advance_into`` for one configuration: sizes of 0 and key lanes < 0 keep the default."""
-    kw = {k: val for k, val in sizes.items() if val}
-    return kw if key_lanes < 0 else dict(kw, key_lanes=key_lanes)
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--shapes", type=comma_list(str), default=["nemotron3-super-mamba2", "qwen3.5-122b-gdn", "kimi-linear-kda"])
@@ -42,8 +35,6 @@ def main(argv=None) -> int:
     p.add_argument("--warps", type=comma_list(int), default=[0])
     p.add_argument("--maxnreg", type=comma_list(int), default=[0])
     p.add_argument("--items", type=comma_list(int), default=[0], help="(head, value tile) pairs a program serves")
-    p.add_argument("--key-lanes", type=comma_list(int), default=[-1],
-                   help="lanes along keys in a kv checkpoint tile's load (0: plain load; -1: the default)")
     p.add_argument("--verify", type=comma_list(int), default=[])
     p.add_argument("--out", default="tune.json")
     args = p.parse_args(argv)
@@ -61,46 +52,45 @@ def main(argv=None) -> int:
         print(f"{name} B={B} standard {std_us:.1f} us {std_bytes / std_us / 1e3 / bw:.0%} bw")
         rows.append(dict(shape=name, batch=B, kind="standard", us=std_us))
         xt = type(x)(*(None if f is None else f[:, None] for f in x))
-        for read, L, bv, nw, mr, it, kl in itertools.product(args.read, args.window, args.block_v, args.warps,
-                                                              args.maxnreg, args.items, args.key_lanes):
+        for read, L, bv, nw, mr, it in itertools.product(args.read, args.window, args.block_v, args.warps, args.maxnreg,
+                                                          args.items):
             rs = staggered_replay_state(shape, B, L, "cuda", read)
             out = torch.empty(B, 1, rs.num_heads, rs.head_v, device="cuda")
-            kw = _overrides(block_v=bv, num_warps=nw, max_registers=mr, items=it, key_lanes=kl)
+            kw = {k: val for k, val in (("block_v", bv), ("num_warps", nw), ("max_registers", mr), ("items", it)) if val}
             try:
                 step_us, _ = timer(lambda: triton_impl.advance_into(rs, xt, None, out, commit=True, force_flush=False, **kw))
                 nf_us, _ = timer(lambda: triton_impl.advance_into(rs, xt, None, out, commit=False, force_flush=False, **kw))
             except Exception as e:  # noqa: BLE001
-                print(f"  {read} L={L} bv={bv} nw={nw} items={it} kl={kl}: {type(e).__name__}: {str(e)[:150]}")
+                print(f"  {read} L={L} bv={bv} nw={nw} items={it}: {type(e).__name__}: {str(e)[:150]}")
                 continue
             read_b = rs.memory_report()["read_copy"] // B
             step_bytes = replay_step_bytes(shape, fam, B, L, read_b, rs.raw_fold, x)
             nf_bytes = B * ((read_b or state_bytes(shape)) + record_bytes(shape, fam, rs.raw_fold) * (L - 1) / 2) + io_bytes(x)
             r = dict(shape=name, batch=B, kind="replay", read=read, L=L, block_v=bv, warps=nw, maxnreg=mr, items=it,
-                     key_lanes=kl, step_us=step_us,
+                     step_us=step_us,
                      nf_us=nf_us, step_bw=step_bytes / step_us / 1e3 / bw, nf_bw=nf_bytes / nf_us / 1e3 / bw,
                      speedup=std_us / step_us)
             rows.append(r)
-            print(f"  {read:5s} L={L:2d} bv={bv:3d} nw={nw} mr={mr} it={it} kl={kl}: step {step_us:7.1f} us ({r['step_bw']:.0%} bw, "
+            print(f"  {read:5s} L={L:2d} bv={bv:3d} nw={nw} mr={mr} it={it}: step {step_us:7.1f} us ({r['step_bw']:.0%} bw, "
                   f"{r['speedup']:.2f}x std)  non-flush {nf_us:7.1f} us ({r['nf_bw']:.0%} bw)", flush=True)
             del rs
-        for T, nw, mr, kl in itertools.product(args.verify, args.warps, args.maxnreg, args.key_lanes):
+        for T, nw, mr in itertools.product(args.verify, args.warps, args.maxnreg):
             L = 16 + T
             xv = draw_inputs(shape, B, T, "cuda", seed=B + T)
             rs = staggered_replay_state(shape, B, L, "cuda", tokens=T)
             n_all = torch.full((B,), T, dtype=torch.int64, device="cuda")
             out = torch.empty(B, T, rs.num_heads, rs.head_v, device="cuda")
-            kw = _overrides(num_warps=nw, max_registers=mr, key_lanes=kl)
+            kw = {k: val for k, val in (("num_warps", nw), ("max_registers", mr)) if val}
             def ver():  # rs.verify + rs.commit, with the tiling overrides
                 triton_impl.advance_into(rs, xv, None, out, commit=False, force_flush=False, **kw)
                 triton_impl.commit(rs, n_all, None)
             try:
                 us, _ = timer(ver)
             except Exception as e:  # noqa: BLE001
-                print(f"  verify T={T} nw={nw} mr={mr} kl={kl}: {type(e).__name__}: {str(e)[:150]}")
+                print(f"  verify T={T} nw={nw} mr={mr}: {type(e).__name__}: {str(e)[:150]}")
                 continue
-            rows.append(dict(shape=name, batch=B, kind="verify", T=T, warps=nw, maxnreg=mr, key_lanes=kl, us=us,
-                             vs_std=us / std_us))
-            print(f"  verify T={T} nw={nw} mr={mr} kl={kl}: {us:.1f} us = {us / std_us:.2f}x std step", flush=True)
+            rows.append(dict(shape=name, batch=B, kind="verify", T=T, warps=nw, maxnreg=mr, us=us, vs_std=us / std_us))
+            print(f"  verify T={T} nw={nw} mr={mr}: {us:.1f} us = {us / std_us:.2f}x std step", flush=True)
             del rs
         with open(args.out, "w") as f:
             json.dump(dict(copy_gbps=bw, rows=rows), f, indent=1)

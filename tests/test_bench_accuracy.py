@@ -40,6 +40,16 @@ def test_accuracy_hf_smoke(tmp_path, model):
     assert rep["targets"]
 
 
+def test_accuracy_hf_plot_leaves_out_diverged_points(tmp_path):
+    """The PNG of KL against tokens draws finite points only (a pure 4-bit state's KL turns NaN at 32K)."""
+    pytest.importorskip("matplotlib")
+    from replay_compile.bench.hf_accuracy import plot
+    results = {"fp4 state": {"1024": {"kl": 1.7}, "32768": {"kl": float("nan")}},
+               "ckpt fp32 + fp4 read": {"1024": {"kl": 2e-2}, "32768": {"kl": 1.9e-2}}}
+    plot("qwen3_5", results, str(tmp_path / "kl.png"))
+    assert (tmp_path / "kl.png").stat().st_size > 0
+
+
 def test_kl_gain_counts_a_diverged_pure_state_as_lost():
     from replay_compile.bench.accuracy import kl_gain
     assert kl_gain(2e-3, 1e-4) == pytest.approx(20)

@@ -195,6 +195,7 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="accuracy_hf.json")
     p.add_argument("--max-seconds", type=float, default=None, help="stop after this long (lengths reached so far)")
+    p.add_argument("--plot", default=None, help="write a log-log PNG of KL against tokens (needs matplotlib)")
     p.add_argument("--no-progress", dest="progress", action="store_false")
     args = p.parse_args(argv)
     if args.smoke:
@@ -208,7 +209,30 @@ def main(argv=None) -> int:
     with open(args.out, "w") as f:
         json.dump(report, f, indent=1)
     print(f"\nwrote {args.out}")
+    if args.plot:
+        plot(args.hf_model, rep["results"], args.plot)
     return 0
+
+
+def plot(model: str, results: dict, path: str) -> None:
+    """Log-log PNG of each variant's next-token KL against tokens (non-finite points left out)."""
+    import matplotlib  # noqa: PLC0415  (optional dependency: the `plot` extra)
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for name, by in results.items():
+        ts = [t for t in sorted(by, key=int) if math.isfinite(by[t]["kl"]) and by[t]["kl"] > 0]
+        ax.loglog([int(t) for t in ts], [by[t]["kl"] for t in ts], marker="o", ms=3, label=name)
+    ax.set_title(f"{model} (transformers, float64 reference): next-token KL")
+    ax.set_xlabel("tokens")
+    ax.set_ylabel("KL(float64 || variant)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"wrote {path}")
 
 
 def _print(model, rep, targets) -> None:
@@ -224,4 +248,5 @@ def _print(model, rep, targets) -> None:
         cells = [f"{by[t]['kl']:.2e}" for t in show] + [f"{by[t]['logit_err']:.2e}" for t in show]
         print(f"{name:<24}" + "".join(f"{c:>12}" for c in cells))
     for check, value, ok in targets:
-        print(f"  [{'ok' if ok else 'MISS'}] {check}: {value:.3g}" if math.isfinite(value) else f"  [MISS] {check}")
+        print(f"  [{'ok' if ok else 'MISS'}] {check}: {value:.3g}"
+              + (" (the pure state diverged: its logits are not finite)" if value == math.inf else ""))

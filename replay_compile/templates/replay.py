@@ -276,25 +276,12 @@ def _tile_tokens(base, U, DQ, DK, GQ, GK, rla, xq, xk, xv, xla, xbeta, o_ptr, ru
 
 
 @triton.jit
-def _load_tile(s_tile, mask_kv, s_head, v0, offs_v, mask_v, stride_sk, stride_sv, K: tl.constexpr, V: tl.constexpr,
-               BK: tl.constexpr, BV: tl.constexpr, LAYOUT_KV: tl.constexpr, KL: tl.constexpr, CD: tl.constexpr):
+def _load_tile(s_tile, mask_kv, s_head, offs_v, mask_v, stride_sk, stride_sv, K: tl.constexpr, BK: tl.constexpr,
+               BV: tl.constexpr, LAYOUT_KV: tl.constexpr, CD: tl.constexpr):
     """The checkpoint tile ``[BK, BV]`` at ``s_tile`` (pointers ``[BK, BV]`` into the head at ``s_head``); with
     contiguous keys, loaded so that a token's key reduction stays mostly inside each thread (NOTE [tile layout])."""
     if LAYOUT_KV:
-        if KL == 0:
-            tile = tl.load(s_tile, mask=mask_kv, other=0.0).to(CD)
-        else:
-            KI: tl.constexpr = KL if KL < BK else BK
-            VI: tl.constexpr = 128 // KI if 128 // KI < BV else BV  # a warp loads 32 lanes x 4 values
-            ki = tl.arange(0, KI)[:, None, None, None]
-            vc = tl.arange(0, BV // VI)[None, :, None, None]
-            kc = tl.arange(0, BK // KI)[None, None, :, None]
-            vi = tl.arange(0, VI)[None, None, None, :]
-            k4 = kc * KI + ki
-            v4 = v0 + vc * VI + vi
-            x = tl.load(s_head + k4 * stride_sk + v4 * stride_sv, mask=(k4 < K) & (v4 < V), other=0.0)
-            tile = tl.reshape(tl.permute(x, (2, 0, 1, 3)), [BK, BV]).to(CD)
-        return tile
+        return tl.load(s_tile, mask=mask_kv, other=0.0).to(CD)
     else:
         KI: tl.constexpr = BK if BK < 32 else 32
         KC: tl.constexpr = BK // KI
@@ -326,7 +313,7 @@ def replay_kernel(
     DECAY: tl.constexpr, DELTA: tl.constexpr, RAW: tl.constexpr, READ: tl.constexpr, LAYOUT_KV: tl.constexpr,
     COMMIT: tl.constexpr, FORCE: tl.constexpr, MATERIALIZE: tl.constexpr, HAS_SLOTS: tl.constexpr,
     SR: tl.constexpr, SR_MANT: tl.constexpr, SR_EMIN: tl.constexpr, CD: tl.constexpr,
-    BHV: tl.constexpr, BHK: tl.constexpr, KL: tl.constexpr,
+    BHV: tl.constexpr, BHK: tl.constexpr,
 ):
     """Row ``b``, ``unit`` (a key group; a value head under per-channel decay), pairs ``[part * ITEMS,
     (part + 1) * ITEMS)`` of the unit's (value head, value tile) pairs, of a replay call over ``T`` tokens.
@@ -400,8 +387,8 @@ def replay_kernel(
                 if flush:  # the plain load: a key-chunk tile here would meet the copy's layout (NOTE [tile layout])
                     base = tl.load(s_tile, mask=mask_kv, other=0.0).to(CD)
             else:
-                base = _load_tile(s_tile, mask_kv, s_head, vt * BV, offs_v, mask_v, stride_sk, stride_sv, K, V, BK, BV,
-                                  LAYOUT_KV, KL, CD)
+                base = _load_tile(s_tile, mask_kv, s_head, offs_v, mask_v, stride_sk, stride_sv, K, BK, BV, LAYOUT_KV,
+                                  CD)
 
             if pre:  # fold the committed records first (their ring positions are about to be reused)
                 if RAW:
@@ -460,8 +447,6 @@ PROGRAMS = 1024
 # and with 32 pairs (a whole Mamba-2 key group) the flush programs ran long (step 506 us, 4 pairs: 421 us;
 # H200, 2026-12-02, tune_replay.py --items 0,1,4,16)
 MAX_ITEMS = 4
-# lanes along keys in the split load of a kv checkpoint tile (NOTE [tile layout]); 0 keeps the plain load
-KV_KEY_LANES = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -503,11 +488,10 @@ class Tiling(NamedTuple):
     units: int   # programs' shared unit: key groups, or value heads under per-channel decay
     items: int   # (value head, value tile) pairs a program serves
     parts: int   # programs per unit
-    key_lanes: int  # lanes of a warp along keys in a kv checkpoint tile; 0: the plain load (NOTE [tile layout])
 
 
 def tiling(spec: ReplaySpec, K: int, V: int, rows: int, Hv: int, T: int, block_v: Optional[int] = None,
-           items: Optional[int] = None, key_lanes: Optional[int] = None) -> Tiling:
+           items: Optional[int] = None) -> Tiling:
     """How a call of ``T`` tokens over ``rows`` rows is cut into programs (:class:`Tiling`).
 
     Value tiles of ~4K elements, halved while the grid would leave SMs idle; every tile holds all keys,
@@ -530,18 +514,13 @@ def tiling(spec: ReplaySpec, K: int, V: int, rows: int, Hv: int, T: int, block_v
         while items > 1 and rows * units * triton.cdiv(per_unit, items) < PROGRAMS:
             items = triton.cdiv(items, 2)
     items = max(1, min(items, per_unit))
-    if key_lanes is None:
-        key_lanes = KV_KEY_LANES
-    if key_lanes < 0 or key_lanes & (key_lanes - 1):
-        raise ValueError(f"key_lanes must be 0 or a power of two, got {key_lanes}")
     return Tiling(BK, BV, triton.next_power_of_2(spec.window), num_warps, cap, units, items,
-                  triton.cdiv(per_unit, items), key_lanes)
+                  triton.cdiv(per_unit, items))
 
 
 def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[torch.Tensor], out: Optional[torch.Tensor],
            *, commit: bool, force_flush: bool, materialize: bool, block_v: Optional[int] = None,
-           num_warps: Optional[int] = None, max_registers: Optional[int] = None, items: Optional[int] = None,
-           key_lanes: Optional[int] = None) -> None:
+           num_warps: Optional[int] = None, max_registers: Optional[int] = None, items: Optional[int] = None) -> None:
     """Run one replay call (``x`` inputs ``[B, T, ...]``; ``materialize``: ``x`` is None, no tokens).
 
     One launch of the replay kernel over ``(B, units, parts)`` (:func:`tiling`); the last program of each
@@ -562,7 +541,7 @@ def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[t
     if B == 0:
         return
     cd = torch.float64 if state.dtype == torch.float64 else torch.float32
-    tile = tiling(spec, K, V, B, Hv, T, block_v, items, key_lanes)
+    tile = tiling(spec, K, V, B, Hv, T, block_v, items)
     max_registers = max_registers or tile.max_registers
     read = buf.read or {}
     dummy = ring["k"]
@@ -581,7 +560,7 @@ def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[t
         RAW=spec.raw, READ=READ_CODES[spec.read_format], LAYOUT_KV=spec.layout == "kv", COMMIT=commit,
         FORCE=force_flush, MATERIALIZE=materialize, HAS_SLOTS=slots is not None, SR=spec.stochastic_rounding,
         SR_MANT=sr_mant, SR_EMIN=sr_emin, CD=tl.float64 if cd == torch.float64 else tl.float32,
-        BHV=triton.next_power_of_2(Hv), BHK=triton.next_power_of_2(spec.k_heads), KL=tile.key_lanes,
+        BHV=triton.next_power_of_2(Hv), BHK=triton.next_power_of_2(spec.k_heads),
         num_warps=num_warps or tile.num_warps, **flags_extra)
 
 
