@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # models helper's GPU run (issue 5): transformers hybrids end to end under replayssm, and `replayssm bench model`.
 # Runtime: <= ~6 min in all, each part time-boxed (a part cut short keeps what it wrote under $OUT); the e2e tests
-# are in final_check.sh (E2E=1): 130 s ran 4 of their 7 cases on 2026-12-03.
+# are in final_check.sh (E2E=kernels, E2E=inductor): 130 s ran 4 of their 7 cases on 2026-12-03.
 #   bench at batch 256, all columns, CUDA graphs (reduce-overhead), 75 s per model                    <= 225 s
 #   bench at batch 1 (compile vs replayssm: the "no slower at batch 1" target)                        <= 100 s
 #   merged table/JSON/plot of both                                                                     ~ 5 s
