@@ -69,6 +69,15 @@ def test_prefill_of_some_rows_tiled_over_the_batch(name):
     torch.testing.assert_close(decode.step_fn(model.forward)(), expected, atol=1e-5, rtol=1e-5)
 
 
+def test_profile_appends_a_table_per_cell(tmp_path):
+    prof = tmp_path / "prof.txt"
+    argv = ["--smoke", "--models", "qwen3.5-122b", "--columns", "compile,replay", "--steps", "2", "--profile", str(prof)]
+    assert bench_model.main(argv) == 0
+    text = prof.read_text()
+    assert text.count("=== qwen3.5-122b B=2 ") == 2 and "=== qwen3.5-122b B=2 replay: " in text
+    assert "Self CPU" in text  # torch.profiler's table
+
+
 def test_shares_and_table_from_results():
     cells = {"eager": {"us": 900.0}, "compile": {"us": 400.0}, "replay": {"us": 250.0, "sites_rewritten": 3},
              "no-recurrent": {"us": 100.0}, "compile+cg": {"us": 300.0}, "replay+cg": {"us": None, "why": "boom"}}

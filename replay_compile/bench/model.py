@@ -29,7 +29,8 @@ column's first step is compared with eager's from the same cache (``rel_err``, r
 and the replayssm columns report how many sites were rewritten (the GPU cost model keeps batches
 below 8 standard). A column that fails is ``n/a`` with the reason in the JSON. Progress goes to
 stderr; ``--out`` writes JSON after every cell, ``--plot`` a PNG of step time against batch size
-(matplotlib optional).
+(matplotlib optional), ``--profile FILE`` each cell's torch.profiler table of kernels by device time (where
+the time of a step goes, e.g. what is left around the recurrence).
 
 ``--smoke`` runs tiny shapes on the CPU in seconds (tests/test_bench_model.py).
 """
@@ -304,6 +305,19 @@ def time_step(step: Callable, device: str, steps: int, repeats: int) -> float:
     return statistics.median(samples)
 
 
+def profile_table(step: Callable, device: str, steps: int, rows: int = 25) -> str:
+    """torch.profiler's table of the ops and kernels of ``steps`` calls, by self time on ``device``
+    (where a step's time goes: which kernels, how many launches; CUDA-graph replays show their kernels)."""
+    from torch.profiler import ProfilerActivity, profile  # noqa: PLC0415
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    with profile(activities=activities) as prof:
+        for _ in range(steps):
+            step()
+        _sync(device)
+    sort = "self_device_time_total" if device == "cuda" else "self_cpu_time_total"
+    return prof.key_averages().table(sort_by=sort, row_limit=rows)
+
+
 def compiled_forward(model, column: str, mode: str, window: int, min_batch: Optional[int], inductor: bool,
                      validate: bool):
     """``model.forward`` compiled for ``column`` under ``mode`` (static shapes: one graph per batch).
@@ -330,8 +344,9 @@ class Bench:
         self.done += 1
         print(f"[{self.done}/{self.total}] {what}", file=sys.stderr, flush=True)
 
-    def measure(self, model, spec, decode: DecodeCache, column: str, mode: str, reference) -> dict:
-        """One cell: first-step error against eager, then the step time (``us`` None and ``why`` on failure)."""
+    def measure(self, model, spec, decode: DecodeCache, column: str, mode: str, reference, label: str = "") -> dict:
+        """One cell: first-step error against eager, then the step time (``us`` None and ``why`` on failure);
+        with ``--profile``, then the kernels of ``--steps`` more calls, appended to that file under ``label``."""
         from .. import reset_counters  # noqa: PLC0415
         from ..passes import counters  # noqa: PLC0415
         torch._dynamo.reset()
@@ -354,6 +369,10 @@ class Bench:
                 if column == "eager" and mode == "reduce-overhead":
                     step = _captured(step)
                 cell["us"] = time_step(step, self.args.device, self.args.steps, self.args.repeats)
+                if self.args.profile:
+                    with open(self.args.profile, "a") as f:
+                        f.write(f"=== {label}: {cell['us']:.0f} us per step; {self.args.steps} steps profiled\n"
+                                f"{profile_table(step, self.args.device, self.args.steps)}\n")
         except Exception as e:  # noqa: BLE001  (one failing cell must not end the run)
             cell.update(us=None, why=_reason(e))
         finally:
@@ -369,7 +388,8 @@ class Bench:
         """Measure every column at ``batch`` into a new row of ``results``, saved after every cell."""
         args = self.args
         self.progress(f"{name} B={batch}: prefill {args.context} tokens")
-        headroom = 16 + args.steps * args.repeats  # reference, first call, warm-up, capture and timed steps
+        # reference, first call, warm-up, capture, timed and profiled steps
+        headroom = 16 + args.steps * (args.repeats + bool(args.profile))
         decode = DecodeCache(model, batch, args.context, args.prefill_chunk, headroom, args.device)
         reference = decode.step_fn(model.forward)().float().clone()
         decode.restore()
@@ -381,7 +401,7 @@ class Bench:
             for mode in modes:
                 key = column if mode == "default" else f"{column}+cg"
                 self.progress(f"{name} B={batch} {key}")
-                row["cells"][key] = self.measure(model, spec, decode, column, mode, reference)
+                row["cells"][key] = self.measure(model, spec, decode, column, mode, reference, f"{name} B={batch} {key}")
                 row["recurrent_share"] = recurrent_shares(row["cells"])
                 if args.out:
                     _dump(results, args.out)  # a run cut short keeps what it measured
@@ -519,6 +539,8 @@ def parse_args(argv):
                         "option inductor=False)")
     p.add_argument("--out", help="JSON results path")
     p.add_argument("--plot", help="PNG plot path (needs matplotlib)")
+    p.add_argument("--profile", metavar="FILE", help="after timing each cell, profile --steps more calls and append "
+                   "torch.profiler's table of kernels by device time to FILE")
     p.add_argument("--merge", nargs="+", metavar="JSON",
                    help="measure nothing: join the rows of earlier --out files (a run cut into parts), then "
                         "print the table and write --out / --plot")
