@@ -307,7 +307,7 @@ def time_step(step: Callable, device: str, steps: int, repeats: int) -> float:
 
 def profile_table(step: Callable, device: str, steps: int, rows: int = 25) -> str:
     """torch.profiler's table of the ops and kernels of ``steps`` calls, by self time on ``device``
-    (where a step's time goes: which kernels, how many launches; CUDA-graph replays show their kernels)."""
+    (where a step's time goes: which kernels, how many launches)."""
     from torch.profiler import ProfilerActivity, profile  # noqa: PLC0415
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
     with profile(activities=activities) as prof:

@@ -20,7 +20,8 @@ Default suite: one cheap family at short length on the CPU (``inductor=False``: 
 graph runs as captured, so the only difference from eager is the recurrence). ``slow``: the full
 matrix (6 families x batch {1, 4 left-padded} x {fp32, bf16} weights, 64 tokens + a 16-token
 continuation), and one bf16 family through Inductor. ``gpu``: fp32 at batch 4 with the Triton kernels,
-and the same bf16 family through Inductor. The models run their torch code even where fla / mamba_ssm are installed (tiny.py).
+and the same bf16 family through Inductor. The models run their torch code even where fla / mamba_ssm
+are installed (tiny.py).
 """
 
 import copy
