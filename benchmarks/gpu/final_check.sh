@@ -12,13 +12,13 @@ source "$(dirname "$0")/part.sh"
 gpu_setup final_log.txt "${1:-}"
 if [ -n "${E2E:-}" ]; then
   ensure_transformers  # without it the test file skips itself and the call returns 0
-  case "$E2E" in
-    kernels) TAIL=12 part e2e_kernels 500 python3 -m pytest -m gpu tests/models/test_generate_replay.py -k triton_kernels \
-               -rA -p no:cacheprovider ;;
-    inductor) TAIL=12 part e2e_inductor 540 python3 -m pytest -m gpu tests/models/test_generate_replay.py -k inductor \
-                -rA -p no:cacheprovider ;;
+  case "$E2E" in  # pytest -k selection and time box of each
+    kernels) SELECT=triton_kernels BOX=500 ;;
+    inductor) SELECT=inductor BOX=540 ;;
     *) echo "E2E must be kernels or inductor, got $E2E"; exit 2 ;;
   esac
+  TAIL=12 part "e2e_$E2E" "$BOX" python3 -m pytest -m gpu tests/models/test_generate_replay.py -k "$SELECT" -rA \
+    -p no:cacheprovider
 else
   TAIL=6 part tests 120 python3 -m pytest -m gpu tests/test_kernels.py -q -x -p no:cacheprovider
   TAIL=14 part spec 80 python3 -m replay_compile.cli bench spec --T 4,8 --batch 256 --acceptance 0.8,text --steps 8 \

@@ -40,7 +40,9 @@ one-token step 93 -> 59 shuffles. H200, batch 256: step 419.5 -> 397.8 us, verif
 Kept plain, each after a trial: the ring's keys in ``_key_dots`` (half the shuffles in the sm_90 compile, but
 verify slower on the H200: Mamba-2 T = 8 2941 us), read copies (more barriers and spills in the compile),
 and the exact tile a flushing row swaps in over its read copy (the two layouts would meet at the swap; the
-read-copy kernel is then the one measured before this change, SASS for SASS).
+read-copy kernel is then the one measured before this change, SASS for SASS). ``kv`` tiles (values contiguous:
+GDN, KDA) keep the plain load too: a 4D load putting the warps on values (no cross-warp key reduction) made
+their steps 16-47% slower on the H200 (commit ``a3c3326``, BENCHMARKS.md).
 
 # NOTE [window weights without differences]
 The decay from record ``i`` to position ``p`` is ``exp(sum_{i<j<=p} log_a_j)``: a reverse cumulative
