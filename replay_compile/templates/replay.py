@@ -190,12 +190,15 @@ def _key_dots(rk, xq, xk, count0, j, tt, offs_k, mask_k, bad,
 def _channel_dots(rk, rla, xq, xk, xla, count0, j, tt, offs_k, mask_k, bad,
                   KS: tl.constexpr, LS: tl.constexpr, T: tl.constexpr, BT: tl.constexpr, BL: tl.constexpr,
                   BK: tl.constexpr, DELTA: tl.constexpr, CD: tl.constexpr):
-    """``(DQ, DK, GQ, GK, bad)`` of one value head with per-channel decay: the decay enters the dots.
+    """``(DQ, DK, G, bad)`` of one value head with per-channel decay: the decay enters the dots.
 
     ``DQ[t, j] = (w_j^(t) * k_j) . q_t`` with ``w_j^(t)`` the channel decays from record ``j`` to token
-    ``t`` (NOTE [window weights without differences]), and ``GQ[t] = G^(t) * q_t`` with ``G^(t)`` the
-    decay of the whole window: token ``t`` reads ``base^T GQ[t] + sum_j DQ[t, j] u_j``. ``DK``, ``GK``
-    likewise with ``k_t`` (delta rule: ``S_{p-1}`` decayed by ``a_p``).
+    ``t`` (NOTE [window weights without differences]), and ``G [BK]`` the channel decay of the committed
+    records: token ``t`` reads ``base^T (G^(t) * q_t) + sum_j DQ[t, j] u_j`` with ``G^(t) = G * a_0 ... a_t``
+    (a running product in :func:`_tile_tokens`; a one-token step gets ``G^(0)`` here). ``DK`` likewise with
+    ``k_t`` (delta rule: ``S_{p-1}`` decayed by ``a_p``). The products replaced ``[T, BK]`` matrices of
+    ``G^(t) * q_t`` whose rows every pair extracted: KDA verify at batch 256 went 1865 -> 1145 us (T = 4) and
+    5339 -> 2234 us (T = 8) on the H200 (2026-12-03), and the 8-token call stopped spilling.
     """
     KW = _ring(rk, KS, j, count0, offs_k, mask_k, CD)
     LA = _ring(rla, LS, j, count0, offs_k, mask_k, CD)
@@ -204,26 +207,23 @@ def _channel_dots(rk, rla, xq, xk, xla, count0, j, tt, offs_k, mask_k, bad,
     KW = KW * tl.exp(tl.cumsum(tl.where((j + 1 < count0)[:, None], LN, 0.0), 0, reverse=True))
     DQ = tl.zeros([BT, BL], CD)
     DK = DQ
-    GQ = tl.zeros([BT, BK], CD)
-    GK = GQ
     for t in tl.static_range(T):
         q_t = tl.load(xq + t * KS + offs_k, mask=mask_k, other=0.0).to(CD)
         k_t = tl.load(xk + t * KS + offs_k, mask=mask_k, other=0.0).to(CD)
         la_t = tl.load(xla + t * LS + offs_k, mask=mask_k, other=0.0).to(CD)
         bad = bad | _any_nonfinite(q_t) | _any_nonfinite(k_t) | _any_nonfinite(la_t)
         a_t = tl.exp(la_t)
-        G = G * a_t
+        if T == 1:  # a one-token step takes G^(0) from here, once per program, not once per pair
+            G = G * a_t
         KW = tl.where((j == count0 + t)[:, None], k_t[None, :], KW * a_t[None, :])
         if DELTA:
             DK = _put_row(DK, tt, t, tl.sum(KW * k_t[None, :], 1))
-            GK = _put_row(GK, tt, t, G * k_t)
         DQ = _put_row(DQ, tt, t, tl.sum(KW * q_t[None, :], 1))
-        GQ = _put_row(GQ, tt, t, G * q_t)
-    return DQ, DK, GQ, GK, bad
+    return DQ, DK, G, bad
 
 
 @triton.jit
-def _tile_tokens(base, U, DQ, DK, GQ, GK, rla, xq, xk, xv, xla, xbeta, o_ptr, ru, rv, count0, j, tt,
+def _tile_tokens(base, U, DQ, DK, GC, rla, xq, xk, xv, xla, xbeta, o_ptr, ru, rv, count0, j, tt,
                  offs_k, mask_k, cols_v, mask_v, live, bad,
                  KS: tl.constexpr, US: tl.constexpr, LS: tl.constexpr, HV: tl.constexpr, V: tl.constexpr,
                  T: tl.constexpr, DECAY: tl.constexpr, DELTA: tl.constexpr, RAW: tl.constexpr, CD: tl.constexpr):
@@ -231,13 +231,15 @@ def _tile_tokens(base, U, DQ, DK, GQ, GK, rla, xq, xk, xv, xla, xbeta, o_ptr, ru
 
     Writes each token's output and its update record ``u`` (and raw ``v``); returns ``bad``. Per-head
     weights ``W [BL]`` and total decay ``G`` are running products (NOTE [window weights without
-    differences]); with per-channel decay they are inside ``DQ`` / ``GQ`` already, so ``W`` only marks
-    the positions written so far and ``G`` is 1. ``base^T x`` is one reduction of the tile per token: one
-    fp32 ``tl.dot`` for all tokens (tried on 2026-12-02) made verify 1.5-2.5x slower on the H200 (8 warps
-    to fit its registers, and the tile through shared memory).
+    differences]); with per-channel decay the weights are inside ``DQ`` already, so ``W`` only marks the
+    positions written so far, and ``G [BK]`` starts from ``GC`` (:func:`_channel_dots`). ``base^T x`` is one
+    reduction of the tile per token: one fp32 ``tl.dot`` for all tokens (tried on 2026-12-02) made verify
+    1.5-2.5x slower on the H200 (8 warps to fit its registers, and the tile through shared memory).
     """
     G = 1.0
     W = tl.where(j < count0, 1.0, 0.0).to(CD)
+    if DECAY == 2:
+        G = GC
     if DECAY == 1:
         G = tl.exp(tl.sum(_ring1(rla, LS, j, count0, CD), 0))
         LN = _ring1(rla, LS, j + 1, count0, CD)
@@ -252,13 +254,12 @@ def _tile_tokens(base, U, DQ, DK, GQ, GK, rla, xq, xk, xv, xla, xbeta, o_ptr, ru
             a_t = tl.exp(la_t)
             G = G * a_t
             W = W * a_t
+        if DECAY == 2 and T > 1:  # the channel decays (checked for non-finite values in _channel_dots)
+            G = G * tl.exp(tl.load(xla + t * LS + offs_k, mask=mask_k, other=0.0).to(CD))
         W = tl.where(j == p, 1.0, W)
         u_t = v_t
         if DELTA:  # U has no row >= p yet: the read is S_{p-1} decayed by a_p
-            if DECAY == 2:
-                xk_t = _get_row(GK, tt, t)
-            else:
-                xk_t = tl.load(xk + t * KS + offs_k, mask=mask_k, other=0.0).to(CD) * G
+            xk_t = tl.load(xk + t * KS + offs_k, mask=mask_k, other=0.0).to(CD) * G
             beta_t = tl.load(xbeta + t * HV).to(CD)
             bad = bad | _nonfinite(beta_t)
             c = _get_row(DK, tt, t) * W
@@ -266,10 +267,7 @@ def _tile_tokens(base, U, DQ, DK, GQ, GK, rla, xq, xk, xv, xla, xbeta, o_ptr, ru
             if RAW:
                 tl.store(rv + p * US + cols_v, v_t, mask=mask_v & live)
         U = tl.where((j == p)[:, None], u_t[None, :], U)
-        if DECAY == 2:
-            xq_t = _get_row(GQ, tt, t)
-        else:
-            xq_t = tl.load(xq + t * KS + offs_k, mask=mask_k, other=0.0).to(CD) * G
+        xq_t = tl.load(xq + t * KS + offs_k, mask=mask_k, other=0.0).to(CD) * G
         c = _get_row(DQ, tt, t) * W
         o_t = _tile_dot(base, xq_t) + tl.sum(c[:, None] * U, 0)
         tl.store(o_ptr + t * HV * V + cols_v, tl.where(live, o_t, 0.0), mask=mask_v)
@@ -354,12 +352,11 @@ def replay_kernel(
 
     bad = live & (c < 0)
     if DECAY == 2:
-        DQ, DK, GQ, GK, bad = _channel_dots(rk, ring_la + slot * L * LS + h0 * LW, xq, xk, log_a + b * T * LS + h0 * LW,
+        DQ, DK, GC, bad = _channel_dots(rk, ring_la + slot * L * LS + h0 * LW, xq, xk, log_a + b * T * LS + h0 * LW,
                                             count0, j, tt, offs_k, mask_k, bad, KS, LS, T, BT, BL, BK, DELTA, CD)
     else:
         DQ, DK, bad = _key_dots(rk, xq, xk, count0, j, tt, offs_k, mask_k, bad, KS, T, BT, BL, DELTA, CD)
-        GQ = DQ  # unused: scalar and no decay read their queries and keys per pair
-        GK = DQ
+        GC = 1.0  # unused: scalar and no decay keep their window decay per head (in _tile_tokens)
 
     for i in tl.range(0, ITEMS):
         item = part * ITEMS + i
@@ -402,7 +399,7 @@ def replay_kernel(
             tl.debug_barrier()  # every old record is read before this tile's new records overwrite them
 
             U = _ring(ru, US, j, count0, cols_v, mask_v, CD)
-            bad = _tile_tokens(base, U, DQ, DK, GQ, GK, rla, xq, xk, xv, xla, xbeta, out + (b * T * HV + h) * V
+            bad = _tile_tokens(base, U, DQ, DK, GC, rla, xq, xk, xv, xla, xbeta, out + (b * T * HV + h) * V
                                + vt * BV, ru, rv, count0, j, tt, offs_k, mask_k, cols_v, mask_v, live, bad,
                                KS, US, LS, HV, V, T, DECAY, DELTA, RAW, CD)
 
@@ -499,16 +496,22 @@ def tiling(spec: ReplaySpec, K: int, V: int, rows: int, Hv: int, T: int, block_v
     Value tiles of ~4K elements, halved while the grid would leave SMs idle; every tile holds all keys,
     so it owns whole scale rows of a (value-major) read copy. A unit (key group; value head under
     per-channel decay) is split into programs of ``items`` tiles each, as few as keep ~``PROGRAMS`` programs
-    in the grid (NOTE [key-group programs]). NOTE [register cap]: capping one-token calls at 96 registers
-    made Mamba-2 / GDN steps 2-4% faster with fp32 checkpoints and 10-35% with fp8 copies, but per-channel
-    decay with no read copy 13% slower (H200, 2026-12-02, one tile per program, tune_replay.py --maxnreg).
+    in the grid (NOTE [key-group programs]).
+
+    NOTE [register cap]: tiles of up to ~4K elements run 2 warps capped at 168 registers (one-token calls)
+    or 128 (verify): 2 warps halve the cross-warp reductions of the tile reads, and the cap keeps two
+    programs' worth of warps resident without spilling. Against the previous 4 warps (96 registers, none
+    under per-channel decay without a read copy), batch 256 on the H200 (2026-12-03, tune_replay.py):
+    step Mamba-2 397 -> 354 us, GDN 554 -> 472, KDA 323 -> 297; fp8 copies GDN 705 -> 616, KDA 424 -> 389;
+    verify T = 8 Mamba-2 2145 -> 1527, GDN 3918 -> 2998. 8 warps, 1-warp programs (value tiles of 8 or
+    16) and caps of 96 or 255 were all slower.
     """
     BK = max(triton.next_power_of_2(K), 16 if spec.read_format == "fp4" else 1)  # e2m1 blocks of 16 keys
     BV = block_v or min(triton.next_power_of_2(V), max(16, 4096 // BK))
     while not block_v and BV > 16 and rows * Hv * triton.cdiv(V, BV) < 2048:
         BV //= 2
-    num_warps = 16 if BK * BV >= 16384 else (8 if BK * BV >= 8192 else (4 if BK * BV >= 1024 else 2))
-    cap = 96 if T <= 1 and num_warps == 4 and not (spec.decay == "channel" and spec.read_format is None) else None
+    num_warps = 16 if BK * BV >= 16384 else (8 if BK * BV >= 8192 else 2)
+    cap = (168 if T <= 1 else 128) if num_warps == 2 else None
     units = Hv if spec.decay == "channel" else spec.k_heads
     per_unit = Hv // units * triton.cdiv(V, BV)
     if items is None:
