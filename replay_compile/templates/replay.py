@@ -498,8 +498,9 @@ def tiling(spec: ReplaySpec, K: int, V: int, rows: int, Hv: int, T: int, block_v
     per-channel decay) is split into programs of ``items`` tiles each, as few as keep ~``PROGRAMS`` programs
     in the grid (NOTE [key-group programs]).
 
-    NOTE [register cap]: tiles of up to ~4K elements run 2 warps capped at 168 registers (one-token calls)
-    or 128 (verify): 2 warps halve the cross-warp reductions of the tile reads, and the cap keeps two
+    NOTE [register cap]: tiles of up to ~4K elements run 2 warps capped at 168 registers (one-token calls
+    on ``kv`` tiles; 128 was 4-10% slower there) or 128 (verify, ``vk`` tiles; 168 made Mamba-2 steps 7-11%
+    slower): 2 warps halve the cross-warp reductions of the tile reads, and the cap keeps two
     programs' worth of warps resident without spilling. Against the previous 4 warps (96 registers, none
     under per-channel decay without a read copy), batch 256 on the H200 (2026-12-03, tune_replay.py):
     step Mamba-2 397 -> 354 us, GDN 554 -> 472, KDA 323 -> 297; fp8 copies GDN 705 -> 616, KDA 424 -> 389;
@@ -511,7 +512,7 @@ def tiling(spec: ReplaySpec, K: int, V: int, rows: int, Hv: int, T: int, block_v
     while not block_v and BV > 16 and rows * Hv * triton.cdiv(V, BV) < 2048:
         BV //= 2
     num_warps = 16 if BK * BV >= 16384 else (8 if BK * BV >= 8192 else 2)
-    cap = (168 if T <= 1 else 128) if num_warps == 2 else None
+    cap = (168 if T <= 1 and spec.layout == "kv" else 128) if num_warps == 2 else None
     units = Hv if spec.decay == "channel" else spec.k_heads
     per_unit = Hv // units * triton.cdiv(V, BV)
     if items is None:
