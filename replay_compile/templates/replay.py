@@ -503,9 +503,10 @@ def tiling(spec: ReplaySpec, K: int, V: int, rows: int, Hv: int, T: int, block_v
     slower): 2 warps halve the cross-warp reductions of the tile reads, and the cap keeps two
     programs' worth of warps resident without spilling. Against the previous 4 warps (96 registers, none
     under per-channel decay without a read copy), batch 256 on the H200 (2026-12-03, tune_replay.py):
-    step Mamba-2 397 -> 354 us, GDN 554 -> 472, KDA 323 -> 297; fp8 copies GDN 705 -> 616, KDA 424 -> 389;
-    verify T = 8 Mamba-2 2145 -> 1527, GDN 3918 -> 2998. 8 warps, 1-warp programs (value tiles of 8 or
-    16) and caps of 96 or 255 were all slower.
+    step Mamba-2 397 -> 354 us, GDN 554 -> 471, KDA 323 -> 289 (with the running channel decay); fp8 copies
+    Mamba-2 376 -> 321, GDN 705 -> 615, KDA 424 -> 381; verify T = 8 Mamba-2 2145 -> 1526, GDN 3918 -> 3046.
+    8 warps, 1-warp programs (value tiles of 8 or 16) and caps of 96 or 255 were all slower
+    (``benchmarks/gpu/sweep_tiling.sh`` sweeps around these defaults).
     """
     BK = max(triton.next_power_of_2(K), 16 if spec.read_format == "fp4" else 1)  # e2m1 blocks of 16 keys
     BV = block_v or min(triton.next_power_of_2(V), max(16, 4096 // BK))
