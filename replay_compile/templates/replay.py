@@ -499,14 +499,15 @@ def tiling(spec: ReplaySpec, K: int, V: int, rows: int, Hv: int, T: int, block_v
     in the grid (NOTE [key-group programs]).
 
     NOTE [register cap]: tiles of up to ~4K elements run 2 warps capped at 168 registers (one-token calls
-    on ``kv`` tiles; 128 was 4-10% slower there) or 128 (verify, ``vk`` tiles; 168 made Mamba-2 steps 7-11%
-    slower): 2 warps halve the cross-warp reductions of the tile reads, and the cap keeps two
-    programs' worth of warps resident without spilling. Against the previous 4 warps (96 registers, none
-    under per-channel decay without a read copy), batch 256 on the H200 (2026-12-03, tune_replay.py):
-    step Mamba-2 397 -> 354 us, GDN 554 -> 471, KDA 323 -> 289 (with the running channel decay); fp8 copies
-    Mamba-2 376 -> 321, GDN 705 -> 615, KDA 424 -> 381; verify T = 8 Mamba-2 2145 -> 1526, GDN 3918 -> 3046.
-    8 warps, 1-warp programs (value tiles of 8 or 16) and caps of 96 or 255 were all slower
-    (``benchmarks/gpu/sweep_tiling.sh`` sweeps around these defaults).
+    on ``kv`` tiles; 128 was 4-10% slower there) or 128 (verify, and ``vk`` tiles, where 168 made Mamba-2
+    steps 7-11% slower). With 2 warps fewer warps share each tile's key reduction, and the cap trades a few
+    spilled bytes (sm_90 compile of the steps: 0-80 with fp32 checkpoints, 112-176 with fp8 copies) for
+    occupancy. Against the previous 4 warps (96 registers, none under per-channel decay without a read
+    copy), batch 256 on the H200 (2026-12-03, tune_replay.py): step Mamba-2 397 -> 354 us, GDN 554 -> 471,
+    KDA 323 -> 289 (with the running channel decay); fp8 copies Mamba-2 376 -> 321, GDN 705 -> 615, KDA
+    424 -> 381; verify T = 8 Mamba-2 2145 -> 1526, GDN 3918 -> 3046. 8 warps, 1-warp programs (value tiles
+    of 8 or 16) and caps of 96 or 255 were all slower (``benchmarks/gpu/sweep_tiling.sh`` sweeps around
+    these defaults).
     """
     BK = max(triton.next_power_of_2(K), 16 if spec.read_format == "fp4" else 1)  # e2m1 blocks of 16 keys
     BV = block_v or min(triton.next_power_of_2(V), max(16, 4096 // BK))
