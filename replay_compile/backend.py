@@ -66,6 +66,8 @@ def guard_other_states(compiled, result: RewriteResult):
     written = [i for i in watched if i in result.mutated_inputs]
 
     def run(*args):  # Dynamo calls a backend's callable with unboxed inputs
+        if registry.is_empty():  # e.g. a batch-1 model whose sites all stayed standard: no per-input lookups
+            return compiled(*args)
         managed = [(i, rs) for i in watched if isinstance(args[i], torch.Tensor)
                    for rs in [registry.find(args[i])] if rs is not None]
         for _, rs in managed:

@@ -190,6 +190,11 @@ def forget(state: torch.Tensor) -> None:
         _retire(_registry.pop(state_key(state)))
 
 
+def is_empty() -> bool:
+    """No state is replay-managed now (then no graph's inputs need a lookup)."""
+    return not _registry
+
+
 def managed_states() -> list:
     return [entry.rs for entry in _registry.values()]
 
