@@ -11,6 +11,7 @@ adds a verify of T tokens + commit of all (L = 16 + T, fp32 checkpoint, no read 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import os
@@ -36,6 +37,8 @@ def main(argv=None) -> int:
     p.add_argument("--maxnreg", type=comma_list(int), default=[0])
     p.add_argument("--items", type=comma_list(int), default=[0], help="(head, value tile) pairs a program serves")
     p.add_argument("--verify", type=comma_list(int), default=[])
+    p.add_argument("--layout", choices=("kv", "vk"), help="state layout instead of the model's (e.g. GDN with keys "
+                   "contiguous, as vLLM stores it)")
     p.add_argument("--out", default="tune.json")
     args = p.parse_args(argv)
     timer = Timer("cuda", 10, 30)
@@ -43,14 +46,14 @@ def main(argv=None) -> int:
     rows = []
     print(f"copy bandwidth {bw:.0f} GB/s; replay_compile from {os.path.dirname(triton_impl.__file__)}")
     for name, B in itertools.product(args.shapes, args.batch):
-        shape = SHAPES[name]
+        shape = SHAPES[name] if args.layout is None else dataclasses.replace(SHAPES[name], layout=args.layout)
         fam = get_family(shape.family)
         x = draw_inputs(shape, B, None, "cuda", seed=B)
         st = draw_state(shape, B, "cuda", seed=1)
         std_us, _ = timer(lambda: standard_step(st, *x, delta=fam.delta, decay=fam.decay, layout=shape.layout))
         std_bytes = 2 * B * state_bytes(shape) + io_bytes(x)
-        print(f"{name} B={B} standard {std_us:.1f} us {std_bytes / std_us / 1e3 / bw:.0%} bw")
-        rows.append(dict(shape=name, batch=B, kind="standard", us=std_us))
+        print(f"{name} ({shape.layout}) B={B} standard {std_us:.1f} us {std_bytes / std_us / 1e3 / bw:.0%} bw")
+        rows.append(dict(shape=name, layout=shape.layout, batch=B, kind="standard", us=std_us))
         xt = type(x)(*(None if f is None else f[:, None] for f in x))
         for read, L, bv, nw, mr, it in itertools.product(args.read, args.window, args.block_v, args.warps, args.maxnreg,
                                                           args.items):
@@ -66,7 +69,8 @@ def main(argv=None) -> int:
             read_b = rs.memory_report()["read_copy"] // B
             step_bytes = replay_step_bytes(shape, fam, B, L, read_b, rs.raw_fold, x)
             nf_bytes = B * ((read_b or state_bytes(shape)) + record_bytes(shape, fam, rs.raw_fold) * (L - 1) / 2) + io_bytes(x)
-            r = dict(shape=name, batch=B, kind="replay", read=read, L=L, block_v=bv, warps=nw, maxnreg=mr, items=it,
+            r = dict(shape=name, layout=shape.layout, batch=B, kind="replay", read=read, L=L, block_v=bv, warps=nw,
+                     maxnreg=mr, items=it,
                      step_us=step_us,
                      nf_us=nf_us, step_bw=step_bytes / step_us / 1e3 / bw, nf_bw=nf_bytes / nf_us / 1e3 / bw,
                      speedup=std_us / step_us)
@@ -89,7 +93,8 @@ def main(argv=None) -> int:
             except Exception as e:  # noqa: BLE001
                 print(f"  verify T={T} nw={nw} mr={mr}: {type(e).__name__}: {str(e)[:150]}")
                 continue
-            rows.append(dict(shape=name, batch=B, kind="verify", T=T, warps=nw, maxnreg=mr, us=us, vs_std=us / std_us))
+            rows.append(dict(shape=name, layout=shape.layout, batch=B, kind="verify", T=T, warps=nw, maxnreg=mr, us=us,
+                             vs_std=us / std_us))
             print(f"  verify T={T} nw={nw} mr={mr}: {us:.1f} us = {us / std_us:.2f}x std step", flush=True)
             del rs
         with open(args.out, "w") as f:

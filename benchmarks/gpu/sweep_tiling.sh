@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Replay tiling sweep around the defaults at batch 256 (~4 min on a fresh H200): all three families, fp32 checkpoint
-# and fp8 copy, warps x register cap for steps, caps for verify, and the window L. The defaults (NOTE [register cap]
+# Replay tiling sweep around the defaults at batch 256 (~5 min on a fresh H200): all three families, fp32 checkpoint
+# and fp8 copy, warps x register cap for steps, caps for verify, the window L, and GDN/KDA in the other layout. The defaults (NOTE [register cap]
 # in templates/replay.py) came from this sweep's first run (2026-12-03, seventh session, BENCHMARKS.md): 2 warps beat
 # 1, 4 and 8 everywhere; the best cap was 168 for one-token kv tiles (GDN, KDA), 128 for vk tiles (Mamba-2) and for
 # verify; L = 8 was the fastest window. A `--maxnreg 0` row runs the default cap of the default warps.
@@ -12,4 +12,8 @@ TUNE=(python3 benchmarks/tune_replay.py --shapes nemotron3-super-mamba2,qwen3.5-
 TAIL=24 part caps 150 "${TUNE[@]}" --read none,fp8 --warps 2,4 --maxnreg 128,168,200 --out "$OUT/sweep_caps.json"
 TAIL=12 part verify 120 "${TUNE[@]}" --read none --verify 4,8 --maxnreg 0,168 --out "$OUT/sweep_verify.json"
 TAIL=12 part window 60 "${TUNE[@]}" --read none,fp8 --window 8,16 --out "$OUT/sweep_window.json"
+# GDN / KDA with keys contiguous (vLLM's [HV, V, K] state; transformers' is [H, K, V]): if faster, a checkpoint
+# of our own in that layout (as the 16-bit checkpoint option keeps one) would pay for its transposes
+TAIL=10 part layout_vk 60 python3 benchmarks/tune_replay.py --shapes qwen3.5-122b-gdn,kimi-linear-kda --batch 256 \
+  --read none --layout vk --verify 8 --out "$OUT/sweep_layout_vk.json"
 echo total $SECONDS
