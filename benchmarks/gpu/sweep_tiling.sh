@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Replay tiling sweep around the defaults at batch 256 (~5 min on a fresh H200): all three families, fp32 checkpoint
-# and fp8 copy, warps x register cap for steps, caps for verify, the window L, and GDN/KDA in the other layout. The defaults (NOTE [register cap]
-# in templates/replay.py) came from this sweep's first run (2026-12-03, seventh session, BENCHMARKS.md): 2 warps beat
-# 1, 4 and 8 everywhere; the best cap was 168 for one-token kv tiles (GDN, KDA), 128 for vk tiles (Mamba-2) and for
-# verify; L = 8 was the fastest window. A `--maxnreg 0` row runs the default cap of the default warps.
-# Usage: bash benchmarks/gpu/sweep_tiling.sh [commit] (writes under $OUT).
+# and fp8 copy, warps x register cap for steps, caps for verify, the window L, and GDN/KDA in the other layout.
+# The defaults (NOTE [register cap] in templates/replay.py) came from this sweep's first run (2026-12-03, seventh
+# session, BENCHMARKS.md): 2 warps beat 1, 4 and 8 everywhere; the best cap was 168 for one-token kv tiles (GDN,
+# KDA), 128 for vk tiles (Mamba-2) and for verify; L = 8 was the fastest window. A `--maxnreg 0` row runs the
+# default cap of the default warps. Usage: bash benchmarks/gpu/sweep_tiling.sh [commit] (writes under $OUT).
 set -u
 source "$(dirname "$0")/part.sh"
 gpu_setup sweep_log.txt "${1:-}"
