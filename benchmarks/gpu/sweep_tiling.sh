@@ -14,6 +14,6 @@ TAIL=12 part verify 120 "${TUNE[@]}" --read none --verify 4,8 --maxnreg 0,168 --
 TAIL=12 part window 60 "${TUNE[@]}" --read none,fp8 --window 8,16 --out "$OUT/sweep_window.json"
 # GDN / KDA with keys contiguous (vLLM's [HV, V, K] state; transformers' is [H, K, V]): if faster, a checkpoint
 # of our own in that layout (as the 16-bit checkpoint option keeps one) would pay for its transposes
-TAIL=10 part layout_vk 60 python3 benchmarks/tune_replay.py --shapes qwen3.5-122b-gdn,kimi-linear-kda --batch 256 \
-  --read none --layout vk --verify 8 --out "$OUT/sweep_layout_vk.json"
+TAIL=10 part layout_vk 60 "${TUNE[@]}" --shapes qwen3.5-122b-gdn,kimi-linear-kda --read none --layout vk --verify 8 \
+  --out "$OUT/sweep_layout_vk.json"
 echo total $SECONDS
