@@ -195,7 +195,7 @@ def _channel_dots(rk, rla, xq, xk, xla, count0, j, tt, offs_k, mask_k, bad,
     ``DQ[t, j] = (w_j^(t) * k_j) . q_t`` with ``w_j^(t)`` the channel decays from record ``j`` to token
     ``t`` (NOTE [window weights without differences]), and ``G [BK]`` the channel decay of the committed
     records: token ``t`` reads ``base^T (G^(t) * q_t) + sum_j DQ[t, j] u_j`` with ``G^(t) = G * a_0 ... a_t``
-    (a running product in :func:`_tile_tokens`; a one-token step gets ``G^(0)`` here). ``DK`` likewise with
+    (returned as ``G^(0)``, once per program; :func:`_tile_tokens` multiplies ``a_1 ... a_t`` in per pair). ``DK`` likewise with
     ``k_t`` (delta rule: ``S_{p-1}`` decayed by ``a_p``). The products replaced ``[T, BK]`` matrices of
     ``G^(t) * q_t`` whose rows every pair extracted: KDA verify at batch 256 went 1865 -> 1145 us (T = 4) and
     5339 -> 2234 us (T = 8) on the H200 (2026-12-03), and the 8-token call stopped spilling.
@@ -213,7 +213,7 @@ def _channel_dots(rk, rla, xq, xk, xla, count0, j, tt, offs_k, mask_k, bad,
         la_t = tl.load(xla + t * LS + offs_k, mask=mask_k, other=0.0).to(CD)
         bad = bad | _any_nonfinite(q_t) | _any_nonfinite(k_t) | _any_nonfinite(la_t)
         a_t = tl.exp(la_t)
-        if T == 1:  # a one-token step takes G^(0) from here, once per program, not once per pair
+        if t == 0:  # G^(0), once per program; _tile_tokens multiplies the later tokens' decays per pair
             G = G * a_t
         KW = tl.where((j == count0 + t)[:, None], k_t[None, :], KW * a_t[None, :])
         if DELTA:
@@ -254,7 +254,7 @@ def _tile_tokens(base, U, DQ, DK, GC, rla, xq, xk, xv, xla, xbeta, o_ptr, ru, rv
             a_t = tl.exp(la_t)
             G = G * a_t
             W = W * a_t
-        if DECAY == 2 and T > 1:  # the channel decays (checked for non-finite values in _channel_dots)
+        if DECAY == 2 and t > 0:  # a_t of the later tokens (token 0's is in GC; all checked in _channel_dots)
             G = G * tl.exp(tl.load(xla + t * LS + offs_k, mask=mask_k, other=0.0).to(CD))
         W = tl.where(j == p, 1.0, W)
         u_t = v_t
