@@ -31,10 +31,10 @@ class ExplainReport:
     def __str__(self) -> str:
         lines = [f"replayssm: {len(self.sites)} site(s) rewritten, {len(self.rejected)} state(s) left alone"]
         for s in self.sites:
+            form = (f"L={s.window}, checkpoint {s.checkpoint_dtype}, read copy {s.read_dtype or 'none'}"
+                    if s.route == "replay" else "standard recurrence (cost model: batch below replay's break-even)")
             lines.append(f"  rewrite {s.state}: {s.family} state {list(s.state_shape)} layout {s.layout}, "
-                         f"{s.k_heads} key head(s), "
-                         f"L={s.window}, checkpoint {s.checkpoint_dtype}, read copy {s.read_dtype or 'none'}, "
-                         f"kernel {s.kernel}, {s.tokens} token(s)")
+                         f"{s.k_heads} key head(s), {form}, kernel {s.kernel}, {s.tokens} token(s)")
         for x in self.rejected:
             lines.append(f"  reject  {x.state}: {x.reason} [{x.code}]")
         for i, r in enumerate(self.results):

@@ -67,7 +67,9 @@ def main(argv=None) -> int:
         model(prompt[:, :-1])
         model.advance(prompt.shape[1] - 1)
     caches = {n: b.clone() for n, b in model.named_buffers()}
-    options = {"window": args.window, "read_dtype": args.read_dtype}
+    # min_batch=1: the replay form at the demo's tiny batch (on a GPU the cost model would give it the
+    # standard route, NOTE [cost model])
+    options = {"window": args.window, "read_dtype": args.read_dtype, "min_batch": 1}
     print(f"tiny hybrid LM ({args.layers}: a=attention m=Mamba-2 g=GatedDeltaNet k=KDA), batch {args.batch}, "
           f"{args.steps} decode steps, device {args.device}, replayssm options {options}\n")
 

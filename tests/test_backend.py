@@ -13,7 +13,8 @@ import torch
 import replay_compile
 from replay_compile import get_family
 from replay_compile.ops import registry
-from replay_compile.testing import StateLayer, rel_rms
+from replay_compile.families.base import standard_scan
+from replay_compile.testing import StateLayer, random_canonical, rel_rms
 
 FAST = dict(inductor=False)
 SHAPE = dict(batch=2, heads=4, head_k=5, head_v=3, k_heads=2)
@@ -466,3 +467,43 @@ def test_bf16_factors_are_accepted_at_bf16_tolerance():
     assert replay_compile.counters["sites_rewritten"] == 1, dict(replay_compile.counters)
     replay_compile.materialize(S)
     assert rel_rms(S, S_ref) <= 3e-2
+
+
+@pytest.mark.parametrize("kernels", ["torch", "triton"])
+def test_standard_route_is_the_standard_recurrence(kernels):
+    """``route="standard"`` (the cost model's choice below replay's break-even): the state itself is updated
+    every call, T tokens at once, and no replay state exists; a state that replay managed before (another graph
+    of the model) has its pending records folded in first."""
+    fam = get_family("gated_deltanet")
+    g = torch.Generator().manual_seed(9)
+    cfg = lambda route: registry.site_config(  # noqa: E731
+        family="gated_deltanet", window=4, layout="kv", k_heads=1, read_dtype=None, stochastic_rounding=False,
+        kernels=kernels, speculative=False, route=route)
+    _, state = random_canonical(fam, 2, 2, 3, 5, 1, generator=g)
+    S, want = state.clone(), state.clone()
+    with registry.scoped_registry():
+        for route, T in (("replay", 1), ("replay", 1), ("standard", 3), ("standard", 1)):
+            x, _ = random_canonical(fam, 2, 2, 3, 5, 1, tokens=T, generator=g)
+            o = torch.ops.replay_compile.advance(S, *x, cfg(route))
+            o_want, want = standard_scan(want, x, delta=True, layout="kv")
+            assert rel_rms(o, o_want) < 1e-12, (route, T)
+            assert (registry.find(S) is None) == (route == "standard")
+    assert rel_rms(S, want) < 1e-12
+
+
+def test_cost_model_standard_route_end_to_end(monkeypatch):
+    """A site the cost model routes to the standard recurrence compiles, matches eager, and says so."""
+    import replay_compile.passes as passes
+
+    monkeypatch.setattr(passes, "_route", lambda site, P, options: "standard")  # the CPU has no cost model
+    S = torch.randn(3, 2, 5, 4)
+    eager, layer = StateLayer(S.clone()), StateLayer(S.clone())
+    step = torch.compile(layer, backend="replayssm", options=FAST)
+    for _ in range(3):
+        x = (torch.randn(3, 2, 5), torch.randn(3, 2, 5), torch.randn(3, 2, 4), -torch.rand(3, 2))
+        assert rel_rms(step(*x), eager(*x)) < 1e-6
+    assert rel_rms(layer.state, eager.state) < 1e-6
+    assert replay_compile.counters["route:standard"] == 1 and registry.is_empty()
+    report = replay_compile.explain(StateLayer(S.clone()), *x, options=FAST)
+    assert report.sites[0].route == "standard" and report.sites[0].kernel.startswith("standard_")
+    assert "standard recurrence (cost model" in str(report)

@@ -7,8 +7,8 @@ through a recompile on a new batch size, a compiled prefill (a multi-token op) a
 writes the states without being rewritten (a chunked prefill left to the exact-state guard).
 
 Budget: under 2 minutes on one H200, almost all of it compiling (Inductor for the decode graphs;
-``inductor=False`` where the graph's lowering is not what is tested). Batches are >= 8, above the
-cost model's small-batch cut-off, so the default options rewrite every recurrent layer.
+``inductor=False`` where the graph's lowering is not what is tested). ``min_batch=1`` keeps the cost model
+from giving these small batches the standard route (NOTE [cost model]): the replay form is what is tested.
 The helpers take a ``device``: ``PYTHONPATH=. python3 tests/test_backend_gpu.py cpu [steps]`` runs the
 same checks on the CPU (reference ops instead of Triton, no CUDA graphs).
 """
@@ -114,7 +114,7 @@ def assert_every_recurrent_layer_rewritten() -> None:
 def compiled(model: HybridLM, mode):
     """``mode`` as the backend option (torch.compile's own ``mode=`` refuses ``options=``; the spellings'
     GPU tests cover that spelling)."""
-    return torch.compile(model, backend="replayssm", options={"window": 8, "mode": mode})
+    return torch.compile(model, backend="replayssm", options={"window": 8, "mode": mode, "min_batch": 1})
 
 
 def decode_and_recompile(device: str, mode=None, steps: int = 300) -> None:
@@ -139,7 +139,7 @@ def prefill_and_chunked_writer(device: str, steps: int = 300) -> None:
     the replay runtime (NOTE [exact state for other graphs] in ``backend``)."""
     gen = torch.Generator().manual_seed(2)
     eager, comp = twins(10, device)
-    opts = {"window": 8, "inductor": False}
+    opts = {"window": 8, "inductor": False, "min_batch": 1}
     step = torch.compile(comp, backend="replayssm", options=opts)
     chunked = torch.compile(comp, backend="replayssm", options={**opts, "fuel": 0})
     toks = tokens(gen, 10, 6, device)
@@ -166,7 +166,7 @@ def prefill_and_chunked_writer(device: str, steps: int = 300) -> None:
 @pytest.mark.gpu
 @pytest.mark.parametrize("mode", [None, "reduce-overhead"])
 def test_gpu_toy_lm_decode_recompile_matches_eager(mode):
-    """Triton kernels (default options on CUDA), Inductor for the rest; CUDA graphs for reduce-overhead."""
+    """Triton kernels, Inductor for the rest; CUDA graphs for reduce-overhead."""
     decode_and_recompile("cuda", mode)
 
 
@@ -189,7 +189,8 @@ def test_gpu_checkpoint_dtype_bf16_through_the_triton_kernels(stochastic):
     oracle = replay_compile.ReplayState(S.bfloat16(), "simple_gla", 4, kernels="triton", stochastic_rounding=stochastic)
     layer = StateLayer(S.clone())
     step = torch.compile(layer, backend="replayssm", options={"window": 4, "checkpoint_dtype": "bfloat16",
-                                                              "stochastic_rounding": stochastic, "inductor": False})
+                                                              "stochastic_rounding": stochastic, "inductor": False,
+                                                              "min_batch": 1})
     for t in range(40):
         x = small_inputs(gen, "cuda")
         err = rel_rms(step(*x), oracle.step(*x))
@@ -204,7 +205,7 @@ def test_gpu_runtime_of_a_captured_state_is_parked_not_freed():
     gen = torch.Generator().manual_seed(4)
     layer = StateLayer(torch.randn(9, 4, 16, 8, generator=gen).cuda())
     eager = StateLayer(layer.state.clone())
-    step = torch.compile(layer, backend="replayssm", mode="reduce-overhead")
+    step = torch.compile(layer, backend="replayssm", options={"mode": "reduce-overhead", "min_batch": 1})
     for t in range(40):
         x = small_inputs(gen, "cuda")
         torch.compiler.cudagraph_mark_step_begin()

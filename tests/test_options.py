@@ -135,20 +135,29 @@ def test_family_enabled_resolves_aliases():
     assert ReplayOptions().family_enabled("kda")
 
 
-@pytest.mark.parametrize("options,rejected", [
-    (dict(), True),                    # the cost model: a standard step beats replay at a small CUDA batch
-    (dict(min_batch=2), False),        # the user's threshold replaces the cost model
-    (dict(speculative=True), False),   # commit needs the replay form whatever the batch
+@pytest.mark.parametrize("device,batch,heads,options,route", [
+    ("cuda", 7, 64, dict(), "standard"),           # 448 head rows: far below replay's break-even
+    ("cuda", 64, 64, dict(), "standard"),          # 4096 head rows at L = 16: not yet (NOTE [cost model])
+    ("cuda", 64, 64, dict(window=8), "replay"),    # 4096 head rows at L = 8: replay pays off
+    ("cuda", 128, 64, dict(), "replay"),           # 8192 at L = 16
+    ("cuda", 7, 64, dict(min_batch=2), "replay"),  # the user's threshold replaces the cost model
+    ("cuda", 7, 64, dict(speculative=True), "replay"),  # commit needs the replay form whatever the batch
+    ("cpu", 7, 64, dict(), "replay"),              # measured on the GPU only
 ])
-def test_small_batch_cost_model(options, rejected):
+def test_cost_model_route(device, batch, heads, options, route):
     from types import SimpleNamespace
 
-    from replay_compile.passes import COST_MODEL_MIN_BATCH_CUDA, Rejected, _policy
-    batch = COST_MODEL_MIN_BATCH_CUDA - 1
-    site = SimpleNamespace(sizes={"b": batch}, tokens=1)
+    from replay_compile.passes import _route
+    site = SimpleNamespace(sizes={"b": batch, "h": heads}, tokens=1, read_old=False, name="state")
+    state = SimpleNamespace(meta={"example_value": SimpleNamespace(device=torch.device(device))})
+    assert _route(site, state, ReplayOptions(**options)) == route
+
+
+def test_min_batch_leaves_smaller_batches_alone():
+    from types import SimpleNamespace
+
+    from replay_compile.passes import Rejected, _policy
+    site = SimpleNamespace(sizes={"b": 1}, tokens=1)
     state = SimpleNamespace(meta={"example_value": SimpleNamespace(device=torch.device("cuda"), dtype=torch.float32)})
-    if rejected:
-        with pytest.raises(Rejected, match="cost model"):
-            _policy(site, state, ReplayOptions(**options), n_accepted=0)
-    else:
-        _policy(site, state, ReplayOptions(**options), n_accepted=0)
+    with pytest.raises(Rejected, match="min_batch=2"):
+        _policy(site, state, ReplayOptions(min_batch=2), n_accepted=0)

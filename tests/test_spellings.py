@@ -314,7 +314,7 @@ def test_backend_found_without_import_in_fresh_process():
 
 
 # ===================================================================== GPU (H200): Triton + CUDA graphs
-GPU_BATCH = 9  # above the cost model's small-batch cut-off, odd
+GPU_BATCH = 9  # odd; below replay's break-even, so default options take the standard route (NOTE [cost model])
 # States as buffers or in-place arguments: a state returned and fed back is a CUDA-graph output that the
 # next replay overwrites (cudagraph trees refuse to read it), whatever the backend.
 CUDAGRAPH_SPELLINGS = ("sgla_vk_matmul_inplace", "retnet_fixed_decay_buffer", "gla_grouped_precomputed_buffer",
@@ -334,6 +334,7 @@ def test_gpu_triton_kernels(fresh_compiler, spelling):
 @pytest.mark.gpu
 @pytest.mark.parametrize("spelling", [by_name(n) for n in CUDAGRAPH_SPELLINGS], ids=CUDAGRAPH_SPELLINGS)
 def test_gpu_cudagraphs(fresh_compiler, spelling):
-    """mode="reduce-overhead": CUDA graphs over the replay op, Inductor for the rest, default options."""
+    """mode="reduce-overhead": CUDA graphs over the op, Inductor for the rest, default options (at this batch the
+    cost model's standard route; the replay form under CUDA graphs is ``test_backend_gpu``'s)."""
     run_compiled(spelling, torch.float32, None, steps=3 * STEPS, device="cuda", batch=GPU_BATCH, mode="reduce-overhead")
     check_counters(spelling)

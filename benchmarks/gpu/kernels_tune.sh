@@ -4,8 +4,8 @@
 # the model stacks at batch 256 (`bench model`, CUDA graphs). Usage: bash benchmarks/gpu/kernels_tune.sh [commit]
 # (writes under $OUT). ITEMS=0,1,4,16 adds a sweep of (head, value tile) pairs per program; NCU=1 Nsight
 # Compute reads of the Mamba-2 step and of the verify kernel (T = 8; Mamba-2, GDN: +2 min). BREAKEVEN=1 times replay
-# against the standard kernel at batch 1-32 (the compiler's cost model keeps batches < 8 standard: measured with
-# the 4-warp tiling; +1 min).
+# against the standard kernel at batch 1-32 (the compiler's cost model, NOTE [cost model] in passes/cost_model.py,
+# came from it; +1 min).
 set -u
 source "$(dirname "$0")/part.sh"
 gpu_setup kernels_log.txt "${1:-}"

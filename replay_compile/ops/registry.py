@@ -64,13 +64,14 @@ def state_key(t: torch.Tensor) -> tuple:
 
 def site_config(*, family: str, window: int, layout: str, k_heads: int, read_dtype: Optional[str],
                 stochastic_rounding: bool, kernels: str, speculative: bool, read_old: bool = False,
-                checkpoint_dtype: Optional[str] = None) -> str:
+                checkpoint_dtype: Optional[str] = None, route: str = "replay") -> str:
     """``read_old``: the call's first query reads the state before its tokens (one more output row).
     ``checkpoint_dtype``: a 16-bit checkpoint of a float32 state (NOTE [checkpoint dtype] in
-    ``runtime.state``); None: the state is its own checkpoint."""
+    ``runtime.state``); None: the state is its own checkpoint. ``route="standard"``: the standard recurrence
+    on the state itself, no replay state (NOTE [cost model] in ``passes.cost_model``)."""
     return json.dumps(dict(family=family, window=window, layout=layout, k_heads=k_heads, read_dtype=read_dtype,
                            stochastic_rounding=stochastic_rounding, kernels=kernels, speculative=speculative,
-                           read_old=read_old, checkpoint_dtype=checkpoint_dtype), sort_keys=True)
+                           read_old=read_old, checkpoint_dtype=checkpoint_dtype, route=route), sort_keys=True)
 
 
 @functools.lru_cache(maxsize=None)

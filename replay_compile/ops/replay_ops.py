@@ -14,6 +14,8 @@ length; ``replay_compile.commit(obj, n_accepted)`` keeps the accepted records, a
 that commit raises.
 The state is declared mutated (it is the checkpoint, written at flushes), so functionalization
 orders the op against every other use of the state and Inductor re-inplaces it onto the user's tensor.
+``route="standard"`` (the cost model's choice below replay's break-even): the standard recurrence
+updates the state every call, T tokens in one launch; no replay state exists for it.
 """
 from __future__ import annotations
 
@@ -21,7 +23,10 @@ from typing import Optional
 
 import torch
 
-from .registry import parse_config, replay_state_for
+from ..families import get_family
+from ..families.base import Canonical, standard_scan
+from ..templates.standard import standard_advance
+from .registry import find, forget, parse_config, replay_state_for
 
 
 def _compute_dtype(state: torch.Tensor) -> torch.dtype:
@@ -32,8 +37,10 @@ def _compute_dtype(state: torch.Tensor) -> torch.dtype:
 def advance(state: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
             log_a: Optional[torch.Tensor], beta: Optional[torch.Tensor], config: str) -> torch.Tensor:
     """Append T tokens to the replay state of ``state`` and return their outputs ``[B, T, Hv, V]``."""
-    rs = replay_state_for(state, config)
     cfg = parse_config(config)
+    if cfg.get("route") == "standard":
+        return _standard(state, q, k, v, log_a, beta, cfg)
+    rs = replay_state_for(state, config)
     if cfg.get("read_old"):
         old = _read_old(rs, q[:, :1], k, v, log_a, beta)
         return torch.cat([old, _append(rs, q[:, 1:], k, v, log_a, beta, cfg["speculative"])], dim=1)
@@ -53,6 +60,23 @@ def _append(rs, q, k, v, log_a, beta, speculative: bool) -> torch.Tensor:
         outs.append(rs.verify(part(q), part(k), part(v), part(log_a), part(beta)))
         rs.commit(outs[-1].shape[1])
     return torch.cat(outs, dim=1)
+
+
+def _standard(state, q, k, v, log_a, beta, cfg) -> torch.Tensor:
+    """The standard recurrence over the call's tokens on ``state`` itself (NOTE [cost model]): no replay state."""
+    if (rs := find(state)) is not None:  # replay managed it before (another graph of the model): records first
+        rs.materialize()
+        forget(state)
+    family = get_family(cfg["family"])
+    impl = cfg["kernels"] if cfg["kernels"] != "auto" else ("triton" if state.is_cuda else "torch")
+    if impl == "triton":
+        return standard_advance(state, q, k, v, log_a, beta, delta=family.delta, decay=family.decay,
+                                layout=cfg["layout"])
+    cd = _compute_dtype(state)
+    x = Canonical(*(None if t is None else t.to(cd) for t in (q, k, v, log_a, beta)))
+    o, new = standard_scan(state.to(cd), x, delta=family.delta, layout=cfg["layout"])
+    state.copy_(new)
+    return o
 
 
 def _read_old(rs, q, k, v, log_a, beta):

@@ -24,15 +24,12 @@ from typing import Optional
 import torch
 import torch.fx as fx
 
-from . import find_sites, rewrite_sites, validate
+from . import cost_model, find_sites, rewrite_sites, validate
 from .find_sites import GraphIndex, Rejected, analyze, candidate_states, choose_family
 from .rewrite_sites import checkpoint_dtype
 
 counters: collections.Counter = collections.Counter()
 log = logging.getLogger("replay_compile")
-
-# below this batch a standard decode step beats replay on a GPU (REPLAYSSM.md, section 5)
-COST_MODEL_MIN_BATCH_CUDA = 8
 
 
 class ReplayCompileError(RuntimeError):
@@ -51,6 +48,7 @@ class SiteReport:
     kernel: str
     tokens: int
     k_heads: int            # query/key heads kept in the ring (fewer than the state's heads when grouped)
+    route: str = "replay"   # "standard": the cost model runs the standard recurrence (NOTE [cost model])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,14 +131,8 @@ def _is_state_like(n) -> bool:
 
 def _policy(site, P, options, n_accepted: int) -> None:
     batch = site.sizes["b"]
-    dev = P.meta["example_value"].device
     if options.min_batch is not None and batch < options.min_batch:
         raise Rejected("small_batch", f"batch {batch} < min_batch={options.min_batch}")
-    # speculative mode is exempt: its caller commits per-row counts, which only the replay form can take
-    small = options.min_batch is None and not options.speculative and dev.type == "cuda"
-    if small and batch < COST_MODEL_MIN_BATCH_CUDA:
-        raise Rejected("small_batch", f"batch {batch}: the standard step is faster below "
-                                      f"{COST_MODEL_MIN_BATCH_CUDA} (cost model; set min_batch to override)")
     if options.fuel is not None and n_accepted >= options.fuel:
         raise Rejected("fuel", f"fuel={options.fuel} exhausted")
     if site.tokens > options.window and options.speculative:
@@ -189,8 +181,26 @@ def _rewrite_one(gm, name, options):
     index = GraphIndex(gm.graph)
     P = next(p for p in index.order if p.op == "placeholder" and p.name == name)
     site = _analyze(index, P, options)
+    site.route = _route(site, P, options)
     rewrite_sites.rewrite_site(gm, site, options)
     return site
+
+
+def _route(site, P, options) -> str:
+    """``"replay"``, or ``"standard"`` where the cost model says a standard step is faster (NOTE [cost model]).
+
+    Only on CUDA, and only where the user set no ``min_batch`` of their own; speculative sites (their
+    caller commits per-row counts) and sites that read the state before their tokens need replay.
+    """
+    dev = P.meta["example_value"].device
+    if dev.type != "cuda" or options.min_batch is not None or options.speculative or site.read_old:
+        return "replay"
+    if cost_model.replay_pays_off(site.sizes["b"], site.sizes["h"], options.window):
+        return "replay"
+    log.info("replayssm: %s runs the standard recurrence: batch %d x %d heads is below replay's break-even "
+             "at L=%d (cost model; set min_batch to override)", site.name, site.sizes["b"], site.sizes["h"],
+             options.window)
+    return "standard"
 
 
 def _validated(gm, example_inputs, options, sites, placeholders, rejected) -> list:
@@ -257,7 +267,7 @@ def _validate_sites(gm, example_inputs, options, sites, placeholders) -> None:
 def _kernel_name(site, options) -> str:
     dev = site.placeholder.meta["example_value"].device
     impl = options.kernels if options.kernels != "auto" else ("triton" if dev.type == "cuda" else "torch")
-    return f"replay_{site.family.template}[{impl}]"
+    return f"{site.route}_{site.family.template}[{impl}]"
 
 
 def _report(site, options) -> SiteReport:
@@ -265,13 +275,15 @@ def _report(site, options) -> SiteReport:
                       window=options.window, read_dtype=options.read_dtype,
                       checkpoint_dtype=str(checkpoint_dtype(site.placeholder.meta["example_value"].dtype, options)
                                            ).replace("torch.", ""),
-                      kernel=_kernel_name(site, options), tokens=site.tokens, k_heads=rewrite_sites.key_heads(site))
+                      kernel=_kernel_name(site, options), tokens=site.tokens, k_heads=rewrite_sites.key_heads(site),
+                      route=site.route)
 
 
 def _count(reports, rejected, options) -> None:
     for r in reports:
         counters["sites_rewritten"] += 1
         counters[f"rewrite:{r.family}"] += 1
+        counters[f"route:{r.route}"] += 1
         log.info("replayssm: rewrote %s as %s (%s, %s, %d token(s))", r.state, r.family, r.layout,
                  r.kernel, r.tokens)
     for r in rejected:

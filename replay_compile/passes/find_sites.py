@@ -143,6 +143,7 @@ class Site:
     sizes: dict
     axes: dict = dataclasses.field(default_factory=dict)   # region node -> its axes (shape uses)
     read_old: bool = False  # steps[0] is a read of the pre-update state, not a token
+    route: str = "replay"   # or "standard": set by the cost model at rewrite time (NOTE [cost model])
 
     @property
     def tokens(self) -> int:

@@ -6,8 +6,8 @@ cursors (``templates/cursors.py`` NOTE [the last program moves the cursors]).
 ``commit`` is one tiny launch; ``materialize`` is the replay template with no tokens. Nothing here
 reads a device value on the host, so every operation can be captured in a CUDA graph.
 
-Small batches are dispatched one level up: the compiler's cost model (``passes``, option ``min_batch``)
-leaves a site to the standard step below a batch size. This runtime has no per-call dispatch: at batch 1
+Small batches are dispatched one level up: the compiler's cost model (``passes/cost_model.py``) gives a
+site the standard route below replay's break-even. This runtime has no per-call dispatch: at batch 1
 the replay step measured 10.1-13.7 us against 7.8-8.8 us for the standard kernel (H200, one launch per
 call, 2026-12-02), and routing a call
 to ``templates/standard.py`` is only correct for rows with no pending records, which the host cannot

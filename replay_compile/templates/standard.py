@@ -186,3 +186,16 @@ def standard_step(state: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
                 delta=delta, decay=decay, layout=layout, store_every_token=False, out=add_t(out),
                 block_v=block_v, num_warps=num_warps)
     return o[:, 0]
+
+
+def standard_advance(state: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                     log_a: Optional[torch.Tensor], beta: Optional[torch.Tensor], *, delta: bool, decay: str,
+                     layout: str) -> torch.Tensor:
+    """``T`` decode tokens per row with the standard recurrence in one launch, state updated in place.
+
+    Inputs as :func:`standard_step` with a token axis after ``B`` (``q, k [B, T, Hk, K]``, ``v [B, T, Hv, V]``,
+    ``log_a [B, T, Hv(, K)]``, ``beta [B, T, Hv]``); row b is slot b. Returns ``o [B, T, Hv, V]`` (fp32; fp64
+    for fp64 states). The compiler's standard route (NOTE [cost model] in ``passes/cost_model.py``).
+    """
+    return _launch(state, q, k, v, log_a, beta, None, None, delta=delta, decay=decay, layout=layout,
+                   store_every_token=False)

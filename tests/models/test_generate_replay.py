@@ -55,7 +55,7 @@ STATE_TOL = {torch.float32: 1e-4, torch.bfloat16: 3e-2}
 LOGIT_TOL_TRITON_FP32 = 2e-4
 PROMPT_LEN, MORE_LEN, LEFT_PAD = 7, 5, 3
 CPU_OPTIONS = dict(inductor=False, min_batch=1)
-GPU_OPTIONS = dict(min_batch=1)  # min_batch: the GPU cost model would keep batch < 8 standard
+GPU_OPTIONS = dict(min_batch=1)  # min_batch: the GPU cost model would give these tiny batches the standard route
 
 
 # Known failures, each with its handoff request (xfail strict: a fix turns them into failures to unmark).
