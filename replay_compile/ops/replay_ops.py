@@ -69,9 +69,11 @@ def _standard(state, q, k, v, log_a, beta, cfg) -> torch.Tensor:
         forget(state)
     family = get_family(cfg["family"])
     impl = cfg["kernels"] if cfg["kernels"] != "auto" else ("triton" if state.is_cuda else "torch")
-    if impl == "triton":
-        return standard_advance(state, q, k, v, log_a, beta, delta=family.delta, decay=family.decay,
-                                layout=cfg["layout"])
+    if impl == "triton":  # chunks of at most L tokens: the kernel unrolls its token loop
+        part = lambda x, s: None if x is None else x[:, s:s + cfg["window"]]  # noqa: E731
+        return torch.cat([standard_advance(state, part(q, s), part(k, s), part(v, s), part(log_a, s), part(beta, s),
+                                           delta=family.delta, decay=family.decay, layout=cfg["layout"])
+                          for s in range(0, q.shape[1], cfg["window"])], dim=1)
     cd = _compute_dtype(state)
     x = Canonical(*(None if t is None else t.to(cd) for t in (q, k, v, log_a, beta)))
     o, new = standard_scan(state.to(cd), x, delta=family.delta, layout=cfg["layout"])
