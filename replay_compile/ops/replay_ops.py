@@ -15,7 +15,7 @@ that commit raises.
 The state is declared mutated (it is the checkpoint, written at flushes), so functionalization
 orders the op against every other use of the state and Inductor re-inplaces it onto the user's tensor.
 ``route="standard"`` (the cost model's choice below replay's break-even): the standard recurrence
-updates the state every call, T tokens in one launch; no replay state exists for it.
+updates the state every call (up to L tokens a launch); no replay state exists for it.
 """
 from __future__ import annotations
 
