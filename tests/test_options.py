@@ -136,7 +136,7 @@ def test_family_enabled_resolves_aliases():
 
 
 @pytest.mark.parametrize("device,batch,heads,options,route", [
-    ("cuda", 7, 64, dict(), "standard"),           # 448 head rows: far below replay's break-even
+    ("cuda", 7, 64, dict(), "standard"),           # 448 head rows: far below replay's break-even (delta rule)
     ("cuda", 64, 64, dict(), "standard"),          # 4096 head rows at L = 16: not yet (NOTE [cost model])
     ("cuda", 64, 64, dict(window=8), "replay"),    # 4096 head rows at L = 8: replay pays off
     ("cuda", 128, 64, dict(), "replay"),           # 8192 at L = 16
@@ -153,11 +153,21 @@ def test_cost_model_route(device, batch, heads, options, route):
     assert _route(site, state, ReplayOptions(**options)) == route
 
 
-def test_min_batch_leaves_smaller_batches_alone():
+@pytest.mark.parametrize("batch,delta,options,rejected", [
+    (1, False, dict(min_batch=2), "min_batch=2"),  # the user's threshold
+    (7, False, dict(), "original graph"),           # cost model: Inductor's graph wins at tiny batch
+    (7, True, dict(), None),                        # delta rule: the standard route wins (NOTE [cost model])
+    (8, False, dict(), None),
+    (7, False, dict(speculative=True), None),       # only replay commits
+])
+def test_small_batches_left_alone(batch, delta, options, rejected):
     from types import SimpleNamespace
 
     from replay_compile.passes import Rejected, _policy
-    site = SimpleNamespace(sizes={"b": 1}, tokens=1)
+    site = SimpleNamespace(sizes={"b": batch}, tokens=1, delta=delta)
     state = SimpleNamespace(meta={"example_value": SimpleNamespace(device=torch.device("cuda"), dtype=torch.float32)})
-    with pytest.raises(Rejected, match="min_batch=2"):
-        _policy(site, state, ReplayOptions(min_batch=2), n_accepted=0)
+    if rejected:
+        with pytest.raises(Rejected, match=rejected):
+            _policy(site, state, ReplayOptions(**options), n_accepted=0)
+    else:
+        _policy(site, state, ReplayOptions(**options), n_accepted=0)

@@ -133,6 +133,9 @@ def _policy(site, P, options, n_accepted: int) -> None:
     batch = site.sizes["b"]
     if options.min_batch is not None and batch < options.min_batch:
         raise Rejected("small_batch", f"batch {batch} < min_batch={options.min_batch}")
+    if _cost_model_applies(P, options) and cost_model.keeps_original_graph(batch, site.delta):
+        raise Rejected("small_batch", f"batch {batch}: the original graph is faster here than replay or the standard "
+                                      "route (cost model; set min_batch to override)")
     if options.fuel is not None and n_accepted >= options.fuel:
         raise Rejected("fuel", f"fuel={options.fuel} exhausted")
     if site.tokens > options.window and options.speculative:
@@ -192,8 +195,7 @@ def _route(site, P, options) -> str:
     Only on CUDA, and only where the user set no ``min_batch`` of their own; speculative sites (their
     caller commits per-row counts) and sites that read the state before their tokens need replay.
     """
-    dev = P.meta["example_value"].device
-    if dev.type != "cuda" or options.min_batch is not None or options.speculative or site.read_old:
+    if not _cost_model_applies(P, options) or site.read_old:
         return "replay"
     if cost_model.replay_pays_off(site.sizes["b"], site.sizes["h"], options.window):
         return "replay"
@@ -201,6 +203,11 @@ def _route(site, P, options) -> str:
              "at L=%d (cost model; set min_batch to override)", site.name, site.sizes["b"], site.sizes["h"],
              options.window)
     return "standard"
+
+
+def _cost_model_applies(P, options) -> bool:
+    """On CUDA, unless the user set their own ``min_batch`` or the site is speculative (only replay commits)."""
+    return P.meta["example_value"].device.type == "cuda" and options.min_batch is None and not options.speculative
 
 
 def _validated(gm, example_inputs, options, sites, placeholders, rejected) -> list:

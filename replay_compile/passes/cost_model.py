@@ -23,10 +23,22 @@ Break-even points measured on the H200 (2026-12-03, ``replayssm bench kernels --
 Replay pays off from about ``512 * L`` head rows, across families and head counts (the kernels are
 latency-bound until the grid holds that many (row, head) tiles per record of the window). Other windows
 extrapolate that rule: not measured.
+
+Below batch 8 a family without the delta rule keeps its original graph: Inductor fuses its elementwise
+update well, and the model stacks at batch 1 (``bench model --batch 1 --modes reduce-overhead``, bf16, CUDA
+graphs) measured Nemotron-3-Super (Mamba-2) at 0.96x of torch.compile with the standard route against 1.01x
+with the original graph, while the delta-rule stacks gained from it: Qwen3.5-122B (GDN) 1.06x, Kimi-Linear
+(KDA) 1.08x (at batch 32: 1.18x, 1.24x, and Nemotron 1.30x).
 """
 from __future__ import annotations
 
 HEAD_ROWS_PER_RECORD = 512
+ORIGINAL_GRAPH_BELOW = 8  # batch under which sites without the delta rule stay as they were
+
+
+def keeps_original_graph(batch: int, delta: bool) -> bool:
+    """Whether a site is better left to Inductor than given the standard route (NOTE [cost model])."""
+    return batch < ORIGINAL_GRAPH_BELOW and not delta
 
 
 def replay_pays_off(batch: int, value_heads: int, window: int) -> bool:
