@@ -120,7 +120,4 @@ def commit(obj, n_accepted) -> None:
 def release(obj) -> None:
     """Make states reachable from ``obj`` exact and drop their replay runtime (rings, cursors)."""
     for t in _tensors(obj):
-        rs = registry.find(t)
-        if rs is not None:
-            rs.materialize()
-            registry.forget(t)
+        registry.release(t)

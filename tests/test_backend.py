@@ -262,7 +262,6 @@ def test_other_graph_sees_exact_state_and_reload_after_write(inductor):
 def test_graph_with_state_inputs_skips_lookups_while_nothing_is_managed(monkeypatch):
     # a graph whose 4-D state input was not rewritten is wrapped (NOTE [exact state for other graphs]); with an
     # empty registry the wrapper must not pay a lookup per input per call (batch-1 decode stays plain)
-    from replay_compile.ops import registry
     state = torch.randn(2, 3, 4, 5)
     peek = torch.compile(lambda s: s * 2.0, backend="replayssm", options=dict(inductor=False))
     with registry.scoped_registry():  # empty whatever earlier tests left managed

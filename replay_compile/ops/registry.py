@@ -186,8 +186,11 @@ def find(state: torch.Tensor) -> Optional[ReplayState]:
     return None if entry is None else entry.rs
 
 
-def forget(state: torch.Tensor) -> None:
-    if _lookup(state) is not None:
+def release(state: torch.Tensor) -> None:
+    """Make ``state`` exact (its pending records folded in) and drop its ``ReplayState``, if it has one."""
+    entry = _lookup(state)
+    if entry is not None:
+        entry.rs.materialize()
         _retire(_registry.pop(state_key(state)))
 
 

@@ -26,7 +26,7 @@ import torch
 from ..families import get_family
 from ..families.base import Canonical, standard_scan
 from ..templates.standard import standard_advance
-from .registry import find, forget, parse_config, replay_state_for
+from .registry import parse_config, release, replay_state_for
 
 
 def _compute_dtype(state: torch.Tensor) -> torch.dtype:
@@ -55,25 +55,26 @@ def _append(rs, q, k, v, log_a, beta, speculative: bool) -> torch.Tensor:
         pick = lambda x: None if x is None else x[:, 0]  # noqa: E731
         return rs.step(pick(q), pick(k), pick(v), pick(log_a), pick(beta))[:, None].clone()
     outs = []
-    for s in range(0, T, rs.window):
-        part = lambda x: None if x is None else x[:, s:s + rs.window]  # noqa: E731
-        outs.append(rs.verify(part(q), part(k), part(v), part(log_a), part(beta)))
+    for part in _token_chunks((q, k, v, log_a, beta), rs.window):
+        outs.append(rs.verify(*part))
         rs.commit(outs[-1].shape[1])
     return torch.cat(outs, dim=1)
 
 
+def _token_chunks(inputs, n: int):
+    """``inputs`` (``[B, T, ...]`` tensors or None) cut along tokens into chunks of at most ``n``."""
+    T = inputs[0].shape[1]
+    return [[None if x is None else x[:, s:s + n] for x in inputs] for s in range(0, T, n)]
+
+
 def _standard(state, q, k, v, log_a, beta, cfg) -> torch.Tensor:
     """The standard recurrence over the call's tokens on ``state`` itself (NOTE [cost model]): no replay state."""
-    if (rs := find(state)) is not None:  # replay managed it before (another graph of the model): records first
-        rs.materialize()
-        forget(state)
+    release(state)  # replay may have managed it before (another graph of the model): its records first
     family = get_family(cfg["family"])
     impl = cfg["kernels"] if cfg["kernels"] != "auto" else ("triton" if state.is_cuda else "torch")
     if impl == "triton":  # chunks of at most L tokens: the kernel unrolls its token loop
-        part = lambda x, s: None if x is None else x[:, s:s + cfg["window"]]  # noqa: E731
-        return torch.cat([standard_advance(state, part(q, s), part(k, s), part(v, s), part(log_a, s), part(beta, s),
-                                           delta=family.delta, decay=family.decay, layout=cfg["layout"])
-                          for s in range(0, q.shape[1], cfg["window"])], dim=1)
+        return torch.cat([standard_advance(state, *part, delta=family.delta, decay=family.decay, layout=cfg["layout"])
+                          for part in _token_chunks((q, k, v, log_a, beta), cfg["window"])], dim=1)
     cd = _compute_dtype(state)
     x = Canonical(*(None if t is None else t.to(cd) for t in (q, k, v, log_a, beta)))
     o, new = standard_scan(state.to(cd), x, delta=family.delta, layout=cfg["layout"])

@@ -189,15 +189,15 @@ def _key_dots(rk, xq, xk, count0, j, tt, offs_k, mask_k, bad,
 @triton.jit
 def _channel_dots(rk, rla, xq, xk, xla, count0, j, tt, offs_k, mask_k, bad,
                   KS: tl.constexpr, LS: tl.constexpr, T: tl.constexpr, BT: tl.constexpr, BL: tl.constexpr,
-                  BK: tl.constexpr, DELTA: tl.constexpr, CD: tl.constexpr):
+                  DELTA: tl.constexpr, CD: tl.constexpr):
     """``(DQ, DK, G, bad)`` of one value head with per-channel decay: the decay enters the dots.
 
     ``DQ[t, j] = (w_j^(t) * k_j) . q_t`` with ``w_j^(t)`` the channel decays from record ``j`` to token
     ``t`` (NOTE [window weights without differences]), and ``G [BK]`` the channel decay of the committed
     records: token ``t`` reads ``base^T (G^(t) * q_t) + sum_j DQ[t, j] u_j`` with ``G^(t) = G * a_0 ... a_t``
     (returned as ``G^(0)``, once per program; :func:`_tile_tokens` multiplies ``a_1 ... a_t`` in per pair).
-    ``DK`` likewise with ``k_t`` (delta rule: ``S_{p-1}`` decayed by ``a_p``). The products replaced ``[T, BK]`` matrices of
-    ``G^(t) * q_t`` whose rows every pair extracted: KDA verify at batch 256 went 1865 -> 1145 us (T = 4) and
+    ``DK`` likewise with ``k_t`` (delta rule: ``S_{p-1}`` decayed by ``a_p``). The products replaced
+    ``[T, BK]`` matrices of ``G^(t) * q_t`` whose rows every pair extracted: KDA verify at batch 256 went 1865 -> 1145 us (T = 4) and
     5339 -> 2234 us (T = 8) on the H200 (2026-12-03), and the 8-token call stopped spilling.
     """
     KW = _ring(rk, KS, j, count0, offs_k, mask_k, CD)
@@ -353,7 +353,7 @@ def replay_kernel(
     bad = live & (c < 0)
     if DECAY == 2:
         DQ, DK, GC, bad = _channel_dots(rk, ring_la + slot * L * LS + h0 * LW, xq, xk, log_a + b * T * LS + h0 * LW,
-                                            count0, j, tt, offs_k, mask_k, bad, KS, LS, T, BT, BL, BK, DELTA, CD)
+                                            count0, j, tt, offs_k, mask_k, bad, KS, LS, T, BT, BL, DELTA, CD)
     else:
         DQ, DK, bad = _key_dots(rk, xq, xk, count0, j, tt, offs_k, mask_k, bad, KS, T, BT, BL, DELTA, CD)
         GC = 1.0  # unused: scalar and no decay keep their window decay per head (in _tile_tokens)
