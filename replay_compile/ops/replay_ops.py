@@ -25,6 +25,7 @@ import torch
 
 from ..families import get_family
 from ..families.base import Canonical, standard_scan
+from ..runtime.state import resolve_kernels
 from ..templates.standard import standard_advance
 from .registry import parse_config, release, replay_state_for
 
@@ -71,8 +72,7 @@ def _standard(state, q, k, v, log_a, beta, cfg) -> torch.Tensor:
     """The standard recurrence over the call's tokens on ``state`` itself (NOTE [cost model]): no replay state."""
     release(state)  # replay may have managed it before (another graph of the model): its records first
     family = get_family(cfg["family"])
-    impl = cfg["kernels"] if cfg["kernels"] != "auto" else ("triton" if state.is_cuda else "torch")
-    if impl == "triton":  # chunks of at most L tokens: the kernel unrolls its token loop
+    if resolve_kernels(cfg["kernels"], state.device) == "triton":  # chunks of at most L tokens: the kernel unrolls its token loop
         return torch.cat([standard_advance(state, *part, delta=family.delta, decay=family.decay, layout=cfg["layout"])
                           for part in _token_chunks((q, k, v, log_a, beta), cfg["window"])], dim=1)
     cd = _compute_dtype(state)

@@ -27,6 +27,7 @@ import torch.fx as fx
 from . import cost_model, find_sites, rewrite_sites, validate
 from .find_sites import GraphIndex, Rejected, analyze, candidate_states, choose_family
 from .rewrite_sites import checkpoint_dtype
+from ..runtime.state import resolve_kernels
 
 counters: collections.Counter = collections.Counter()
 log = logging.getLogger("replay_compile")
@@ -272,8 +273,7 @@ def _validate_sites(gm, example_inputs, options, sites, placeholders) -> None:
 
 
 def _kernel_name(site, options) -> str:
-    dev = site.placeholder.meta["example_value"].device
-    impl = options.kernels if options.kernels != "auto" else ("triton" if dev.type == "cuda" else "torch")
+    impl = resolve_kernels(options.kernels, site.placeholder.meta["example_value"].device)
     return f"{site.route}_{site.family.template}[{impl}]"
 
 

@@ -357,11 +357,18 @@ def _narrowed_checkpoint(state: torch.Tensor, dtype: Optional[torch.dtype]) -> O
     return state.detach().to(dtype)
 
 
-def _select_impl(kernels: str, device: torch.device):
-    """The module implementing ``advance / commit / materialize`` for this state."""
+def resolve_kernels(kernels: str, device: torch.device) -> str:
+    """``"torch"`` or ``"triton"``: what the ``kernels`` option means on ``device`` (``"auto"``: Triton on CUDA)."""
     if kernels not in ("auto", "torch", "triton"):
         raise ReplayError(f"kernels must be 'auto', 'torch' or 'triton', got {kernels!r}")
-    if kernels == "torch" or (kernels == "auto" and device.type != "cuda"):
+    if kernels == "auto":
+        return "triton" if device.type == "cuda" else "torch"
+    return kernels
+
+
+def _select_impl(kernels: str, device: torch.device):
+    """The module implementing ``advance / commit / materialize`` for this state."""
+    if resolve_kernels(kernels, device) == "torch":
         return reference
     from . import triton_impl  # noqa: PLC0415  (imports triton)
     return triton_impl
