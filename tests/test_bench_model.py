@@ -78,6 +78,18 @@ def test_profile_appends_a_table_per_cell(tmp_path):
     assert "Self CPU" in text  # torch.profiler's table
 
 
+def test_merge_orders_rows_by_model_then_batch(tmp_path):
+    def part(name, *rows):
+        path = tmp_path / name
+        path.write_text(json.dumps({"meta": {"command": name}, "rows": [{"model": m, "batch": b} for m, b in rows]}))
+        return str(path)
+    merged = bench_model.merge([part("a.json", ("kda", 1), ("gdn", 32)), part("b.json", ("gdn", 8), ("kda", 256),
+                                                                                   ("kda", 8))])
+    assert [(r["model"], r["batch"]) for r in merged["rows"]] == [("kda", 1), ("kda", 8), ("kda", 256), ("gdn", 8),
+                                                                  ("gdn", 32)]
+    assert [s["command"] for s in merged["meta"]["merged_from"]] == ["a.json", "b.json"]
+
+
 def test_shares_and_table_from_results():
     cells = {"eager": {"us": 900.0}, "compile": {"us": 400.0}, "replay": {"us": 250.0, "sites_rewritten": 3},
              "no-recurrent": {"us": 100.0}, "compile+cg": {"us": 300.0}, "replay+cg": {"us": None, "why": "boom"}}

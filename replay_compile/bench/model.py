@@ -568,14 +568,17 @@ def parse_args(argv):
 
 
 def merge(paths: list) -> dict:
-    """The rows of several result files under the first one's meta (``merged_from`` lists them all)."""
+    """The rows of several result files under the first one's meta (``merged_from`` lists them all), by model
+    (in order of first appearance), then batch: the table reads and the plot draws batch by batch."""
     parts = []
     for path in paths:
         with open(path) as f:
             parts.append(json.load(f))
     sources = [dict(path=path, command=part["meta"]["command"]) for path, part in zip(paths, parts)]
     meta = dict(parts[0]["meta"], merged_from=sources)
-    return {"meta": meta, "rows": [row for part in parts for row in part["rows"]]}
+    rows = [row for part in parts for row in part["rows"]]
+    models = {name: i for i, name in enumerate(dict.fromkeys(row["model"] for row in rows))}
+    return {"meta": meta, "rows": sorted(rows, key=lambda row: (models[row["model"]], row["batch"]))}
 
 
 def report(results: dict, args) -> None:
