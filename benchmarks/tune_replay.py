@@ -4,7 +4,8 @@ For each real shape at one batch size it times, per (read format, L, block_v, nu
 ``step`` (a decode step with rows at staggered ring phases, the L-step amortized cost, as `bench kernels`)
 and ``nf`` (the same call without committing: no row flushes, the cursors stay put: the non-flush path
 alone), beside our standard kernel, with GB/s against the copy bandwidth of the same run; ``--verify T,...``
-adds a verify of T tokens + commit of all (L = 16 + T, fp32 checkpoint, no read copy) per (num_warps, maxnreg).
+adds a verify of T tokens + commit of all (L = 16 + T, fp32 checkpoint, no read copy) per (block_v, num_warps,
+maxnreg).
 
     python benchmarks/tune_replay.py --batch 256 --out tune.json
 """
@@ -78,24 +79,24 @@ def main(argv=None) -> int:
             print(f"  {read:5s} L={L:2d} bv={bv:3d} nw={nw} mr={mr} it={it}: step {step_us:7.1f} us ({r['step_bw']:.0%} bw, "
                   f"{r['speedup']:.2f}x std)  non-flush {nf_us:7.1f} us ({r['nf_bw']:.0%} bw)", flush=True)
             del rs
-        for T, nw, mr in itertools.product(args.verify, args.warps, args.maxnreg):
+        for T, bv, nw, mr in itertools.product(args.verify, args.block_v, args.warps, args.maxnreg):
             L = 16 + T
             xv = draw_inputs(shape, B, T, "cuda", seed=B + T)
             rs = staggered_replay_state(shape, B, L, "cuda", tokens=T)
             n_all = torch.full((B,), T, dtype=torch.int64, device="cuda")
             out = torch.empty(B, T, rs.num_heads, rs.head_v, device="cuda")
-            kw = {k: val for k, val in (("num_warps", nw), ("max_registers", mr)) if val}
+            kw = {k: val for k, val in (("block_v", bv), ("num_warps", nw), ("max_registers", mr)) if val}
             def ver():  # rs.verify + rs.commit, with the tiling overrides
                 triton_impl.advance_into(rs, xv, None, out, commit=False, force_flush=False, **kw)
                 triton_impl.commit(rs, n_all, None)
             try:
                 us, _ = timer(ver)
             except Exception as e:  # noqa: BLE001
-                print(f"  verify T={T} nw={nw} mr={mr}: {type(e).__name__}: {str(e)[:150]}")
+                print(f"  verify T={T} bv={bv} nw={nw} mr={mr}: {type(e).__name__}: {str(e)[:150]}")
                 continue
-            rows.append(dict(shape=name, layout=shape.layout, batch=B, kind="verify", T=T, warps=nw, maxnreg=mr, us=us,
-                             vs_std=us / std_us))
-            print(f"  verify T={T} nw={nw} mr={mr}: {us:.1f} us = {us / std_us:.2f}x std step", flush=True)
+            rows.append(dict(shape=name, layout=shape.layout, batch=B, kind="verify", T=T, block_v=bv, warps=nw,
+                             maxnreg=mr, us=us, vs_std=us / std_us))
+            print(f"  verify T={T} bv={bv} nw={nw} mr={mr}: {us:.1f} us = {us / std_us:.2f}x std step", flush=True)
             del rs
         with open(args.out, "w") as f:
             json.dump(dict(copy_gbps=bw, rows=rows), f, indent=1)
