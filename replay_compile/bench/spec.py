@@ -131,15 +131,15 @@ def main(argv=None) -> int:
     accs = args.acceptance.split(",")
     timer = Timer(args.device, warmup_ms=10, rep_ms=50)
     cases = [(s, t, b, a) for s in names for t in Ts for b in batches for a in accs]
+    meta = {"device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu", "argv": argv or sys.argv[1:]}
     results = []
     for i, (s, T, b, a) in enumerate(cases):
         print(f"\r[{i + 1}/{len(cases)}] {s} T={T} batch={b} acceptance={a}" + " " * 20, end="", file=sys.stderr,
               flush=True)
         results.append(bench_case(shapes[s], b, T, max(args.window, T), a, timer, args.device, args.steps))
+        with open(args.out, "w") as f:  # after every case: a run cut short by a time limit keeps what it measured
+            json.dump({"meta": meta, "results": results}, f, indent=1)
     print(file=sys.stderr)
-    meta = {"device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu", "argv": argv or sys.argv[1:]}
-    with open(args.out, "w") as f:
-        json.dump({"meta": meta, "results": results}, f, indent=1)
     print(format_table(results))
     print(f"\nwrote {args.out}")
     return 0
