@@ -12,13 +12,13 @@ TUNE=(python3 benchmarks/tune_replay.py --shapes nemotron3-super-mamba2,qwen3.5-
 TAIL=24 part caps 150 "${TUNE[@]}" --read none,fp8 --warps 2,4 --maxnreg 128,168,200 --out "$OUT/sweep_caps.json"
 TAIL=12 part verify 120 "${TUNE[@]}" --read none --verify 4,8 --maxnreg 0,168 --out "$OUT/sweep_verify.json"
 TAIL=12 part window 60 "${TUNE[@]}" --read none,fp8 --window 8,16 --out "$OUT/sweep_window.json"
-# GDN / KDA with keys contiguous (vLLM's [HV, V, K] state; transformers' is [H, K, V]): if faster, a checkpoint
-# of our own in that layout (as the 16-bit checkpoint option keeps one) would pay for its transposes
 # One-warp verify programs (the reference fork's choice): value tiles of 16, uncapped, take 44 / 67 barriers for an
 # 8-token Mamba-2 / GDN call against 236 / 388 at the 2-warp default, no spills, 254-255 registers (sm90_report.py,
 # 2026-12-03, ninth session); never timed. The steps are timed at each of these tilings too (+~2 min).
 TAIL=14 part verify_one_warp 180 "${TUNE[@]}" --read none --verify 4,8 --warps 1 --block-v 8,16 --maxnreg 0,255 \
   --out "$OUT/sweep_verify_one_warp.json"
+# GDN / KDA with keys contiguous (vLLM's [HV, V, K] state; transformers' is [H, K, V]): if faster, a checkpoint
+# of our own in that layout (as the 16-bit checkpoint option keeps one) would pay for its transposes
 TAIL=10 part layout_vk 60 "${TUNE[@]}" --shapes qwen3.5-122b-gdn,kimi-linear-kda --read none --layout vk --verify 8 \
   --out "$OUT/sweep_layout_vk.json"
 echo total $SECONDS

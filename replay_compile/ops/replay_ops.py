@@ -72,7 +72,7 @@ def _standard(state, q, k, v, log_a, beta, cfg) -> torch.Tensor:
     """The standard recurrence over the call's tokens on ``state`` itself (NOTE [cost model]): no replay state."""
     release(state)  # replay may have managed it before (another graph of the model): its records first
     family = get_family(cfg["family"])
-    if resolve_kernels(cfg["kernels"], state.device) == "triton":  # chunks of at most L tokens: the kernel unrolls its token loop
+    if resolve_kernels(cfg["kernels"], state.device) == "triton":  # chunks of <= L tokens: the kernel unrolls them
         return torch.cat([standard_advance(state, *part, delta=family.delta, decay=family.decay, layout=cfg["layout"])
                           for part in _token_chunks((q, k, v, log_a, beta), cfg["window"])], dim=1)
     cd = _compute_dtype(state)

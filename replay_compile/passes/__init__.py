@@ -24,10 +24,10 @@ from typing import Optional
 import torch
 import torch.fx as fx
 
+from ..runtime.state import resolve_kernels
 from . import cost_model, find_sites, rewrite_sites, validate
 from .find_sites import GraphIndex, Rejected, analyze, candidate_states, choose_family
 from .rewrite_sites import checkpoint_dtype
-from ..runtime.state import resolve_kernels
 
 counters: collections.Counter = collections.Counter()
 log = logging.getLogger("replay_compile")
