@@ -298,11 +298,12 @@ def test_rewritten_graph_keeps_dynamo_metadata(monkeypatch):
         [n.name.endswith("state_") for n in placeholders]
 
 
-def test_advance_op_passes_opcheck():
+@pytest.mark.parametrize("T", [1, 3])  # a step's output is a view of the runtime's fresh tensor, a call's is one
+def test_advance_op_passes_opcheck(T):
     cfg = registry.site_config(family="gated_deltanet", window=4, layout="kv", k_heads=2, read_dtype=None,
                                stochastic_rounding=False, kernels="auto", speculative=False)
-    args = (torch.randn(2, 4, 5, 3), torch.randn(2, 3, 2, 5), torch.randn(2, 3, 2, 5), torch.randn(2, 3, 4, 3),
-            -torch.rand(2, 3, 4), torch.rand(2, 3, 4), cfg)
+    args = (torch.randn(2, 4, 5, 3), torch.randn(2, T, 2, 5), torch.randn(2, T, 2, 5), torch.randn(2, T, 4, 3),
+            -torch.rand(2, T, 4), torch.rand(2, T, 4), cfg)
     torch.library.opcheck(torch.ops.replay_compile.advance.default, args)
 
 
