@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import glob
-import json
 import os
 import re
 import sys
@@ -28,7 +27,7 @@ import torch
 
 from ..families import get_family
 from ..runtime import ReplayState
-from .kernels import SHAPES, SMOKE_SHAPES, Timer, draw_inputs, draw_state, state_bytes
+from .kernels import SHAPES, SMOKE_SHAPES, Timer, _dump, draw_inputs, draw_state, state_bytes
 
 BUDGET = 80e9
 
@@ -137,8 +136,7 @@ def main(argv=None) -> int:
         print(f"\r[{i + 1}/{len(cases)}] {s} T={T} batch={b} acceptance={a}" + " " * 20, end="", file=sys.stderr,
               flush=True)
         results.append(bench_case(shapes[s], b, T, max(args.window, T), a, timer, args.device, args.steps))
-        with open(args.out, "w") as f:  # after every case: a run cut short by a time limit keeps what it measured
-            json.dump({"meta": meta, "results": results}, f, indent=1)
+        _dump({"meta": meta, "results": results}, args.out)  # after every case: a run cut short keeps what it measured
     print(file=sys.stderr)
     print(format_table(results))
     print(f"\nwrote {args.out}")
