@@ -197,8 +197,9 @@ def _channel_dots(rk, rla, xq, xk, xla, count0, j, tt, offs_k, mask_k, bad,
     records: token ``t`` reads ``base^T (G^(t) * q_t) + sum_j DQ[t, j] u_j`` with ``G^(t) = G * a_0 ... a_t``
     (returned as ``G^(0)``, once per program; :func:`_tile_tokens` multiplies ``a_1 ... a_t`` in per pair).
     ``DK`` likewise with ``k_t`` (delta rule: ``S_{p-1}`` decayed by ``a_p``). The products replaced
-    ``[T, BK]`` matrices of ``G^(t) * q_t`` whose rows every pair extracted: KDA verify at batch 256 went 1865 -> 1145 us (T = 4) and
-    5339 -> 2234 us (T = 8) on the H200 (2026-12-03), and the 8-token call stopped spilling.
+    ``[T, BK]`` matrices of ``G^(t) * q_t`` whose rows every pair extracted: KDA verify at batch 256 went
+    1865 -> 1145 us (T = 4) and 5339 -> 2234 us (T = 8) on the H200 (2026-12-03), and the 8-token call
+    stopped spilling.
     """
     KW = _ring(rk, KS, j, count0, offs_k, mask_k, CD)
     LA = _ring(rla, LS, j, count0, offs_k, mask_k, CD)
