@@ -654,7 +654,8 @@ def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[t
         return
     cd = torch.float64 if state.dtype == torch.float64 else torch.float32
     tile = tiling(spec, K, V, B, Hv, T, block_v, items, chunked)
-    max_registers = max_registers or tile.max_registers
+    if num_warps in (None, tile.num_warps):  # the default cap belongs to the default warps (NOTE [register cap])
+        max_registers = max_registers or tile.max_registers
     read = buf.read or {}
     dummy = ring["k"]
     sr_mant, sr_emin = SR_FORMATS.get(str(state.dtype).removeprefix("torch."), (0, 0))
