@@ -200,6 +200,25 @@ def _key_dots(rk, xq, xk, count0, j, tt, offs_k, mask_k, bad,
 
 
 @triton.jit
+def _key_dots_chunk(rk, xq, xk, count0, j, tt, offs_k, mask_k, bad,
+                    KS: tl.constexpr, T: tl.constexpr, DELTA: tl.constexpr, CD: tl.constexpr):
+    """:func:`_key_dots` as two products (NOTE [chunked verify]): the window's keys ``[BL, BK]`` are the ring's
+    below ``count0`` and the tokens' at ``count0 + t``; dots past a token's position are not zeroed (its weights are)."""
+    toks = tt < T
+    m = toks[:, None] & mask_k[None, :]
+    QT = tl.load(xq + tt[:, None] * KS + offs_k[None, :], mask=m, other=0.0).to(CD)
+    KT = tl.load(xk + tt[:, None] * KS + offs_k[None, :], mask=m, other=0.0).to(CD)
+    bad = bad | _any_nonfinite(QT) | _any_nonfinite(KT)
+    E = ((j[:, None] == count0 + tt[None, :]) & toks[None, :]).to(CD)
+    KW = tl.trans(_ring(rk, KS, j, count0, offs_k, mask_k, CD) + _mm(E, KT, CD))
+    DQ = _mm(QT, KW, CD)
+    DK = DQ
+    if DELTA:
+        DK = _mm(KT, KW, CD)
+    return DQ, DK, bad
+
+
+@triton.jit
 def _channel_dots(rk, rla, xq, xk, xla, count0, j, tt, offs_k, mask_k, bad,
                   KS: tl.constexpr, LS: tl.constexpr, T: tl.constexpr, BT: tl.constexpr, BL: tl.constexpr,
                   DELTA: tl.constexpr, CD: tl.constexpr):
@@ -447,8 +466,11 @@ def replay_kernel(
     if DECAY == 2:
         DQ, DK, GC, bad = _channel_dots(rk, ring_la + slot * L * LS + h0 * LW, xq, xk, log_a + b * T * LS + h0 * LW,
                                             count0, j, tt, offs_k, mask_k, bad, KS, LS, T, BT, BL, DELTA, CD)
+    elif CHUNK:
+        DQ, DK, bad = _key_dots_chunk(rk, xq, xk, count0, j, tt, offs_k, mask_k, bad, KS, T, DELTA, CD)
     else:
         DQ, DK, bad = _key_dots(rk, xq, xk, count0, j, tt, offs_k, mask_k, bad, KS, T, BT, BL, DELTA, CD)
+    if DECAY < 2:
         GC = 1.0  # unused: scalar and no decay keep their window decay per head (in _tile_tokens)
 
     for i in tl.range(0, ITEMS):
