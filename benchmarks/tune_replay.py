@@ -38,8 +38,6 @@ def main(argv=None) -> int:
     p.add_argument("--maxnreg", type=comma_list(int), default=[0])
     p.add_argument("--items", type=comma_list(int), default=[0], help="(head, value tile) pairs a program serves")
     p.add_argument("--verify", type=comma_list(int), default=[])
-    p.add_argument("--form", type=comma_list(str), default=["auto"],
-                   help="verify form: auto, chunked or tokens (NOTE [chunked verify] in templates/replay.py)")
     p.add_argument("--layout", choices=("kv", "vk"), help="state layout instead of the model's (e.g. GDN with keys "
                    "contiguous, as vLLM stores it)")
     p.add_argument("--no-steps", action="store_true", help="time only the standard step and the verify rows")
@@ -82,25 +80,24 @@ def main(argv=None) -> int:
             print(f"  {read:5s} L={L:2d} bv={bv:3d} nw={nw} mr={mr} it={it}: step {step_us:7.1f} us ({r['step_bw']:.0%} bw, "
                   f"{r['speedup']:.2f}x std)  non-flush {nf_us:7.1f} us ({r['nf_bw']:.0%} bw)", flush=True)
             del rs
-        for T, bv, nw, mr, form in itertools.product(args.verify, args.block_v, args.warps, args.maxnreg, args.form):
+        for T, bv, nw, mr in itertools.product(args.verify, args.block_v, args.warps, args.maxnreg):
             L = 16 + T
             xv = draw_inputs(shape, B, T, "cuda", seed=B + T)
             rs = staggered_replay_state(shape, B, L, "cuda", tokens=T)
             n_all = torch.full((B,), T, dtype=torch.int64, device="cuda")
             out = torch.empty(B, T, rs.num_heads, rs.head_v, device="cuda")
             kw = {k: val for k, val in (("block_v", bv), ("num_warps", nw), ("max_registers", mr)) if val}
-            kw["chunked"] = None if form == "auto" else form == "chunked"
             def ver():  # rs.verify + rs.commit, with the tiling overrides
                 triton_impl.advance_into(rs, xv, None, out, commit=False, force_flush=False, **kw)
                 triton_impl.commit(rs, n_all, None)
             try:
                 us, _ = timer(ver)
             except Exception as e:  # noqa: BLE001
-                print(f"  verify T={T} {form} bv={bv} nw={nw} mr={mr}: {type(e).__name__}: {str(e)[:150]}")
+                print(f"  verify T={T} bv={bv} nw={nw} mr={mr}: {type(e).__name__}: {str(e)[:150]}")
                 continue
-            rows.append(dict(shape=name, layout=shape.layout, batch=B, kind="verify", T=T, form=form, block_v=bv,
-                             warps=nw, maxnreg=mr, us=us, vs_std=us / std_us))
-            print(f"  verify T={T} {form} bv={bv} nw={nw} mr={mr}: {us:.1f} us = {us / std_us:.2f}x std step", flush=True)
+            rows.append(dict(shape=name, layout=shape.layout, batch=B, kind="verify", T=T, block_v=bv, warps=nw,
+                             maxnreg=mr, us=us, vs_std=us / std_us))
+            print(f"  verify T={T} bv={bv} nw={nw} mr={mr}: {us:.1f} us = {us / std_us:.2f}x std step", flush=True)
             del rs
         with open(args.out, "w") as f:
             json.dump(dict(copy_gbps=bw, rows=rows), f, indent=1)

@@ -50,19 +50,6 @@ sum of the log-decays shifted by one position (gathered a second time at ``j + 1
 of prefix sums, so a decay of exactly 0 (``log_a = -inf``) gives weight 0, not NaN, as in reference.py.
 That is done once, for the committed records; each of the call's ``T`` tokens then multiplies the
 weights by its own decay and joins with weight 1 (running products: no cumulative exponential per token).
-
-# NOTE [chunked verify]
-A call of ``T >= 2`` tokens (a speculative verify) computes its tokens together (``_tile_chunk``): the tile's
-reads of all tokens' queries and keys are two ``[BT, BK] x [BK, BV]`` products, the window's contributions
-``[BT, BL] x [BL, BV]`` products, and the delta rule's dependence of each token on the earlier ones is the
-``T x T`` unit lower-triangular system of the chunked (WY) form, solved once per tile by forward substitution.
-One token at a time (``_tile_tokens``, still the one-token step) costs every token a round of reductions across
-the program's threads, each behind the previous token's stores: an 8-token call made ~30 barriers per token
-(BENCHMARKS.md, 2026-12-03). The products run on the tensor cores as 3xTF32 (``_mm``): about fp32's accuracy,
-where one TF32 pass would put a 1e-3 relative error on every read of an fp32 checkpoint. Decays enter as
-running sums of log-decays over the positions between two records, never as differences of prefix sums
-(NOTE [window weights without differences]), so no ratio of decays appears. The GPU compiler needs 16 rows
-and columns per product: the chunked tiling pads ``BT``, ``BL``, ``BK`` and ``BV`` to 16.
 """
 from __future__ import annotations
 
@@ -200,25 +187,6 @@ def _key_dots(rk, xq, xk, count0, j, tt, offs_k, mask_k, bad,
 
 
 @triton.jit
-def _key_dots_chunk(rk, xq, xk, count0, j, tt, offs_k, mask_k, bad,
-                    KS: tl.constexpr, T: tl.constexpr, DELTA: tl.constexpr, CD: tl.constexpr):
-    """:func:`_key_dots` as two products (NOTE [chunked verify]): the window's keys ``[BL, BK]`` are the ring's
-    below ``count0`` and the tokens' at ``count0 + t``; dots past a token's position are not zeroed (its weights are)."""
-    toks = tt < T
-    m = toks[:, None] & mask_k[None, :]
-    QT = tl.load(xq + tt[:, None] * KS + offs_k[None, :], mask=m, other=0.0).to(CD)
-    KT = tl.load(xk + tt[:, None] * KS + offs_k[None, :], mask=m, other=0.0).to(CD)
-    bad = bad | _any_nonfinite(QT) | _any_nonfinite(KT)
-    E = ((j[:, None] == count0 + tt[None, :]) & toks[None, :]).to(CD)
-    KW = tl.trans(_ring(rk, KS, j, count0, offs_k, mask_k, CD) + _mm(E, KT, CD))
-    DQ = _mm(QT, KW, CD)
-    DK = DQ
-    if DELTA:
-        DK = _mm(KT, KW, CD)
-    return DQ, DK, bad
-
-
-@triton.jit
 def _channel_dots(rk, rla, xq, xk, xla, count0, j, tt, offs_k, mask_k, bad,
                   KS: tl.constexpr, LS: tl.constexpr, T: tl.constexpr, BT: tl.constexpr, BL: tl.constexpr,
                   DELTA: tl.constexpr, CD: tl.constexpr):
@@ -309,85 +277,6 @@ def _tile_tokens(base, U, DQ, DK, GC, rla, xq, xk, xv, xla, xbeta, o_ptr, ru, rv
 
 
 @triton.jit
-def _mm(a, b, CD: tl.constexpr):
-    """``a @ b`` at the accuracy of the compute dtype: 3xTF32 tensor-core products for fp32 (NOTE [chunked verify])."""
-    if CD == tl.float64:
-        return tl.dot(a, b, input_precision="ieee", out_dtype=tl.float64)
-    else:
-        return tl.dot(a, b, input_precision="tf32x3")
-
-
-@triton.jit
-def _unit_lower_inverse(A, tt, T: tl.constexpr):
-    """``(I + A)^-1`` for a strictly lower-triangular ``A [BT, BT]`` (forward substitution, one row per token)."""
-    X = (tt[:, None] == tt[None, :]).to(A.dtype)
-    for t in tl.static_range(1, T):  # X[t] = e_t - sum_{s<t} A[t, s] X[s]
-        X = _put_row(X, tt, t, _get_row(X, tt, t) - tl.sum(_get_row(A, tt, t)[:, None] * X, 0))
-    return X
-
-
-@triton.jit
-def _tile_chunk(base, U, DQ, DK, GC, rla, xq, xk, xv, xla, xbeta, o_ptr, ru, rv, count0, j, tt,
-                offs_k, mask_k, cols_v, mask_v, live, bad,
-                KS: tl.constexpr, US: tl.constexpr, LS: tl.constexpr, HV: tl.constexpr, V: tl.constexpr,
-                T: tl.constexpr, BT: tl.constexpr, DECAY: tl.constexpr, DELTA: tl.constexpr, RAW: tl.constexpr,
-                CD: tl.constexpr):
-    """:func:`_tile_tokens` for all ``T`` tokens at once, as products of small matrices (NOTE [chunked verify]).
-
-    Token ``t`` sits at window position ``p_t = count0 + t``. ``W [BT, BL]`` holds the decay from each position to
-    ``p_t`` (0 past it), ``G [BT]`` (``[BT, BK]`` per channel) the decay of the checkpoint to ``p_t``, ``E [BL, BT]``
-    places the tokens' records at their positions. Then (rows are tokens, ``U`` the ring's updates ``[BL, BV]``):
-
-        R = beta * (V - (G K) base - (W DK) U)            the delta rule's reads of S_{p-1} decayed by a_p
-        U_T = (I + beta * lower(W DK E))^-1 R             the tokens' updates (without the delta rule: V)
-        O = (G Q) base + (W DQ) (U + E U_T)               outputs
-    """
-    toks = tt < T
-    pos = count0 + tt
-    E = ((j[:, None] == pos[None, :]) & toks[None, :]).to(CD)
-    W = ((j[None, :] <= pos[:, None]) & toks[:, None]).to(CD)
-    mask_tk = toks[:, None] & mask_k[None, :]
-    mask_tv = toks[:, None] & mask_v[None, :]
-    if DECAY == 1:  # running sums of the tokens' log-decays, never differences (NOTE [window weights ...])
-        G = tl.exp(tl.sum(_ring1(rla, LS, j, count0, CD), 0))
-        LN = _ring1(rla, LS, j + 1, count0, CD)
-        W = W * tl.where(j < count0, tl.exp(tl.cumsum(tl.where(j + 1 < count0, LN, 0.0), 0, reverse=True)), 1.0)[None, :]
-        Lt = tl.zeros([BT], CD)          # sum of log a_r over r <= t
-        Lc = tl.zeros_like(DQ)           # sum of log a_r over r <= t with p_r > j
-        for r in tl.static_range(T):
-            la_r = tl.load(xla + r * LS).to(CD)
-            bad = bad | _nonfinite(la_r)
-            Lt += tl.where(r <= tt, la_r, 0.0)
-            Lc += tl.where((r <= tt)[:, None] & (count0 + r > j)[None, :], la_r, 0.0)
-        W = W * tl.exp(Lc)
-        G = (G * tl.exp(Lt))[:, None]
-    elif DECAY == 2:  # the window's channel decays are inside DQ / DK; G^(t): the ring's decay times a_0 ... a_t
-        # (recomputed, not GC: using GC here crashes Triton 3.6's sm_90 layout pass, RemoveLayoutConversions)
-        LA = tl.load(xla + tt[:, None] * LS + offs_k[None, :], mask=mask_tk, other=0.0).to(CD)
-        G = tl.exp(tl.sum(_ring(rla, LS, j, count0, offs_k, mask_k, CD), 0))[None, :] * tl.exp(tl.cumsum(LA, 0))
-    else:
-        G = tl.full([BT, 1], 1.0, CD)
-    VT = tl.load(xv + tt[:, None] * US + cols_v[None, :], mask=mask_tv, other=0.0).to(CD)
-    bad = bad | _any_nonfinite(VT)
-    UT = VT
-    if DELTA:
-        KT = tl.load(xk + tt[:, None] * KS + offs_k[None, :], mask=mask_tk, other=0.0).to(CD) * G
-        beta = tl.load(xbeta + tt * HV, mask=toks, other=0.0).to(CD)
-        bad = bad | _any_nonfinite(beta)
-        WK = W * DK
-        R = beta[:, None] * (VT - _mm(KT, base, CD) - _mm(WK, U, CD))  # U is 0 past the ring's records
-        A = tl.where(tt[None, :] < tt[:, None], beta[:, None] * _mm(WK, E, CD), 0.0)
-        UT = _mm(_unit_lower_inverse(A, tt, T), R, CD)
-        if RAW:
-            tl.store(rv + pos[:, None] * US + cols_v[None, :], VT, mask=mask_tv & live)
-    QT = tl.load(xq + tt[:, None] * KS + offs_k[None, :], mask=mask_tk, other=0.0).to(CD) * G
-    O = _mm(QT, base, CD) + _mm(W * DQ, U + _mm(E, UT, CD), CD)
-    tl.store(o_ptr + tt[:, None] * HV * V + cols_v[None, :], tl.where(live, O, 0.0), mask=mask_tv)
-    tl.store(ru + pos[:, None] * US + cols_v[None, :], UT, mask=mask_tv & live)
-    return bad
-
-
-@triton.jit
 def _load_tile(s_tile, mask_kv, s_head, offs_v, mask_v, stride_sk, stride_sv, K: tl.constexpr, BK: tl.constexpr,
                BV: tl.constexpr, LAYOUT_KV: tl.constexpr, CD: tl.constexpr):
     """The checkpoint tile ``[BK, BV]`` at ``s_tile`` (pointers ``[BK, BV]`` into the head at ``s_head``); with
@@ -425,7 +314,7 @@ def replay_kernel(
     DECAY: tl.constexpr, DELTA: tl.constexpr, RAW: tl.constexpr, READ: tl.constexpr, LAYOUT_KV: tl.constexpr,
     COMMIT: tl.constexpr, FORCE: tl.constexpr, MATERIALIZE: tl.constexpr, HAS_SLOTS: tl.constexpr,
     SR: tl.constexpr, SR_MANT: tl.constexpr, SR_EMIN: tl.constexpr, CD: tl.constexpr,
-    BHV: tl.constexpr, BHK: tl.constexpr, CHUNK: tl.constexpr,
+    BHV: tl.constexpr, BHK: tl.constexpr,
 ):
     """Row ``b``, ``unit`` (a key group; a value head under per-channel decay), pairs ``[part * ITEMS,
     (part + 1) * ITEMS)`` of the unit's (value head, value tile) pairs, of a replay call over ``T`` tokens.
@@ -466,11 +355,8 @@ def replay_kernel(
     if DECAY == 2:
         DQ, DK, GC, bad = _channel_dots(rk, ring_la + slot * L * LS + h0 * LW, xq, xk, log_a + b * T * LS + h0 * LW,
                                             count0, j, tt, offs_k, mask_k, bad, KS, LS, T, BT, BL, DELTA, CD)
-    elif CHUNK:
-        DQ, DK, bad = _key_dots_chunk(rk, xq, xk, count0, j, tt, offs_k, mask_k, bad, KS, T, DELTA, CD)
     else:
         DQ, DK, bad = _key_dots(rk, xq, xk, count0, j, tt, offs_k, mask_k, bad, KS, T, BT, BL, DELTA, CD)
-    if DECAY < 2:
         GC = 1.0  # unused: scalar and no decay keep their window decay per head (in _tile_tokens)
 
     for i in tl.range(0, ITEMS):
@@ -514,15 +400,9 @@ def replay_kernel(
             tl.debug_barrier()  # every old record is read before this tile's new records overwrite them
 
             U = _ring(ru, US, j, count0, cols_v, mask_v, CD)
-            o_tile = out + (b * T * HV + h) * V + vt * BV
-            if CHUNK:
-                bad = _tile_chunk(base, U, DQ, DK, GC, rla, xq, xk, xv, xla, xbeta, o_tile, ru, rv, count0, j, tt,
-                                  offs_k, mask_k, cols_v, mask_v, live, bad, KS, US, LS, HV, V, T, BT, DECAY, DELTA,
-                                  RAW, CD)
-            else:
-                bad = _tile_tokens(base, U, DQ, DK, GC, rla, xq, xk, xv, xla, xbeta, o_tile, ru, rv, count0, j, tt,
-                                   offs_k, mask_k, cols_v, mask_v, live, bad, KS, US, LS, HV, V, T, DECAY, DELTA,
-                                   RAW, CD)
+            bad = _tile_tokens(base, U, DQ, DK, GC, rla, xq, xk, xv, xla, xbeta, out + (b * T * HV + h) * V
+                               + vt * BV, ru, rv, count0, j, tt, offs_k, mask_k, cols_v, mask_v, live, bad,
+                               KS, US, LS, HV, V, T, DECAY, DELTA, RAW, CD)
 
             tl.debug_barrier()  # the new u records written above are visible to every thread of the fold
             new = base
@@ -603,8 +483,6 @@ class Tiling(NamedTuple):
     BK: int
     BV: int
     BL: int
-    BT: int
-    chunked: bool  # the T tokens as matrix products (NOTE [chunked verify]), else one token at a time
     num_warps: int
     max_registers: Optional[int]
     units: int   # programs' shared unit: key groups, or value heads under per-channel decay
@@ -613,7 +491,7 @@ class Tiling(NamedTuple):
 
 
 def tiling(spec: ReplaySpec, K: int, V: int, rows: int, Hv: int, T: int, block_v: Optional[int] = None,
-           items: Optional[int] = None, chunked: Optional[bool] = None) -> Tiling:
+           items: Optional[int] = None) -> Tiling:
     """How a call of ``T`` tokens over ``rows`` rows is cut into programs (:class:`Tiling`).
 
     Value tiles of ~4K elements, halved while the grid would leave SMs idle; every tile holds all keys,
@@ -632,10 +510,8 @@ def tiling(spec: ReplaySpec, K: int, V: int, rows: int, Hv: int, T: int, block_v
     of 8 or 16) and caps of 96 or 255 were all slower (``benchmarks/gpu/sweep_tiling.sh`` sweeps around
     these defaults).
     """
-    chunked = T >= 2 if chunked is None else chunked and T >= 1
-    least = 16 if chunked else 1  # tl.dot operands need 16 rows and columns on the GPU (not in the interpreter)
-    BK = max(triton.next_power_of_2(K), 16 if spec.read_format == "fp4" or chunked else 1)  # fp4: 16-key blocks
-    BV = max(block_v or min(triton.next_power_of_2(V), max(16, 4096 // BK)), least)
+    BK = max(triton.next_power_of_2(K), 16 if spec.read_format == "fp4" else 1)  # e2m1 blocks of 16 keys
+    BV = block_v or min(triton.next_power_of_2(V), max(16, 4096 // BK))
     while not block_v and BV > 16 and rows * Hv * triton.cdiv(V, BV) < 2048:
         BV //= 2
     num_warps = 16 if BK * BV >= 16384 else (8 if BK * BV >= 8192 else 2)
@@ -647,14 +523,13 @@ def tiling(spec: ReplaySpec, K: int, V: int, rows: int, Hv: int, T: int, block_v
         while items > 1 and rows * units * triton.cdiv(per_unit, items) < PROGRAMS:
             items = triton.cdiv(items, 2)
     items = max(1, min(items, per_unit))
-    return Tiling(BK, BV, max(triton.next_power_of_2(spec.window), least), max(triton.next_power_of_2(T), least),
-                  chunked, num_warps, cap, units, items, triton.cdiv(per_unit, items))
+    return Tiling(BK, BV, triton.next_power_of_2(spec.window), num_warps, cap, units, items,
+                  triton.cdiv(per_unit, items))
 
 
 def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[torch.Tensor], out: Optional[torch.Tensor],
            *, commit: bool, force_flush: bool, materialize: bool, block_v: Optional[int] = None,
-           num_warps: Optional[int] = None, max_registers: Optional[int] = None, items: Optional[int] = None,
-           chunked: Optional[bool] = None) -> None:
+           num_warps: Optional[int] = None, max_registers: Optional[int] = None, items: Optional[int] = None) -> None:
     """Run one replay call (``x`` inputs ``[B, T, ...]``; ``materialize``: ``x`` is None, no tokens).
 
     One launch of the replay kernel over ``(B, units, parts)`` (:func:`tiling`); the last program of each
@@ -675,7 +550,7 @@ def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[t
     if B == 0:
         return
     cd = torch.float64 if state.dtype == torch.float64 else torch.float32
-    tile = tiling(spec, K, V, B, Hv, T, block_v, items, chunked)
+    tile = tiling(spec, K, V, B, Hv, T, block_v, items)
     if num_warps in (None, tile.num_warps):  # the default cap belongs to the default warps (NOTE [register cap])
         max_registers = max_registers or tile.max_registers
     read = buf.read or {}
@@ -690,12 +565,12 @@ def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[t
         read.get("data", dummy), read.get("row_scale", dummy), read.get("block_scale", dummy),
         buf.count, buf.flushes, buf.nonfinite.view(torch.uint8), buf.tickets, spec.seed,
         state.stride(0), state.stride(1), stride_sk, stride_sv,
-        T=T, L=spec.window, BL=tile.BL, BT=tile.BT, HV=Hv, GROUP=Hv // spec.k_heads,
+        T=T, L=spec.window, BL=tile.BL, BT=triton.next_power_of_2(max(T, 1)), HV=Hv, GROUP=Hv // spec.k_heads,
         K=K, V=V, BK=tile.BK, BV=tile.BV, ITEMS=tile.items, DECAY=_DECAY_CODE[spec.decay], DELTA=spec.delta,
         RAW=spec.raw, READ=READ_CODES[spec.read_format], LAYOUT_KV=spec.layout == "kv", COMMIT=commit,
         FORCE=force_flush, MATERIALIZE=materialize, HAS_SLOTS=slots is not None, SR=spec.stochastic_rounding,
         SR_MANT=sr_mant, SR_EMIN=sr_emin, CD=tl.float64 if cd == torch.float64 else tl.float32,
-        BHV=triton.next_power_of_2(Hv), BHK=triton.next_power_of_2(spec.k_heads), CHUNK=tile.chunked,
+        BHV=triton.next_power_of_2(Hv), BHK=triton.next_power_of_2(spec.k_heads),
         num_warps=num_warps or tile.num_warps, **flags_extra)
 
 
