@@ -148,7 +148,7 @@ def test_cost_model_route(device, batch, heads, options, route):
     from types import SimpleNamespace
 
     from replay_compile.passes import _route
-    site = SimpleNamespace(sizes={"b": batch, "h": heads}, tokens=1, read_old=False, name="state")
+    site = SimpleNamespace(sizes={"b": batch, "h": heads}, tokens=1, read_old=False, delta=True, name="state")
     state = SimpleNamespace(meta={"example_value": SimpleNamespace(device=torch.device(device))})
     assert _route(site, state, ReplayOptions(**options)) == route
 
@@ -164,7 +164,7 @@ def test_small_batches_left_alone(batch, delta, options, rejected):
     from types import SimpleNamespace
 
     from replay_compile.passes import Rejected, _policy
-    site = SimpleNamespace(sizes={"b": batch}, tokens=1, delta=delta)
+    site = SimpleNamespace(sizes={"b": batch, "h": 64}, tokens=1, delta=delta)
     state = SimpleNamespace(meta={"example_value": SimpleNamespace(device=torch.device("cuda"), dtype=torch.float32)})
     if rejected:
         with pytest.raises(Rejected, match=rejected):

@@ -134,7 +134,7 @@ def _policy(site, P, options, n_accepted: int) -> None:
     batch = site.sizes["b"]
     if options.min_batch is not None and batch < options.min_batch:
         raise Rejected("small_batch", f"batch {batch} < min_batch={options.min_batch}")
-    if _cost_model_applies(P, options) and cost_model.keeps_original_graph(batch, site.delta):
+    if _cost_model_applies(P, options) and _cost_model_route(site, options) == "original":
         raise Rejected("small_batch", f"batch {batch}: the original graph is faster here than replay or the standard "
                                       "route (cost model; set min_batch to override)")
     if options.fuel is not None and n_accepted >= options.fuel:
@@ -142,7 +142,6 @@ def _policy(site, P, options, n_accepted: int) -> None:
     if site.tokens > options.window and options.speculative:
         raise Rejected("speculative_window", f"{site.tokens} draft tokens exceed window L={options.window}")
     checkpoint_dtype(P.meta["example_value"].dtype, options)
-
 
 
 def _analyze(index, P, options):
@@ -198,12 +197,16 @@ def _route(site, P, options) -> str:
     """
     if not _cost_model_applies(P, options) or site.read_old:
         return "replay"
-    if cost_model.replay_pays_off(site.sizes["b"], site.sizes["h"], options.window):
+    if _cost_model_route(site, options) != "standard":  # "original" sites were rejected by _policy
         return "replay"
     log.info("replayssm: %s runs the standard recurrence: batch %d x %d heads is below replay's break-even "
              "at L=%d (cost model; set min_batch to override)", site.name, site.sizes["b"], site.sizes["h"],
              options.window)
     return "standard"
+
+
+def _cost_model_route(site, options) -> str:
+    return cost_model.route(site.sizes["b"], site.sizes["h"], options.window, site.delta)
 
 
 def _cost_model_applies(P, options) -> bool:

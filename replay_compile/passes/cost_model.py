@@ -36,11 +36,14 @@ HEAD_ROWS_PER_RECORD = 512
 ORIGINAL_GRAPH_BELOW = 8  # batch under which sites without the delta rule stay as they were
 
 
-def keeps_original_graph(batch: int, delta: bool) -> bool:
-    """Whether a site is better left to Inductor than given the standard route (NOTE [cost model])."""
-    return batch < ORIGINAL_GRAPH_BELOW and not delta
+def route(batch: int, value_heads: int, window: int, delta: bool) -> str:
+    """What a CUDA site does at this size (NOTE [cost model]), fastest first in the order measured:
 
-
-def replay_pays_off(batch: int, value_heads: int, window: int) -> bool:
-    """Whether a replay step of ``window`` records beats the standard step at this batch (NOTE [cost model])."""
-    return batch * value_heads >= HEAD_ROWS_PER_RECORD * window
+    ``"original"`` (batch under 8, no delta rule: the graph is left to Inductor), ``"standard"`` (under
+    ``512 x window`` head rows: the standard recurrence through our op), else ``"replay"``.
+    """
+    if batch < ORIGINAL_GRAPH_BELOW and not delta:
+        return "original"
+    if batch * value_heads < HEAD_ROWS_PER_RECORD * window:
+        return "standard"
+    return "replay"
