@@ -351,3 +351,26 @@ def test_exact_zero_decays_and_window_one_with_read_copy():
             la = x.log_a.clone()
             la[t % 2, 0, 1] = float("-inf")  # one head of one row forgets everything
             p.check(*p._out(x._replace(log_a=la), None, True), f"{family} step {t}")
+
+
+def test_register_cap_belongs_to_the_default_warps(monkeypatch):
+    """The tiling's register cap is passed only with its own warps; other warps get the caller's cap or none."""
+    from replay_compile.templates import replay
+
+    launches = []
+
+    class Capture:
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: launches.append(kwargs)
+
+    monkeypatch.setattr(replay, "replay_kernel", Capture())
+    g = torch.Generator().manual_seed(3)
+    p = Pair("gated_deltanet", B=2, H=2, Hk=1, K=4, V=3, L=4, generator=g)
+    x = p.inputs(2, T=1)
+    tile = replay.tiling(triton_impl._spec(p.tri), 4, 3, 2, 2, 1)
+    assert tile.max_registers is not None  # a capped default, so that the rows below can tell the cases apart
+    for kw, want in ((dict(), tile.max_registers), (dict(num_warps=tile.num_warps), tile.max_registers),
+                     (dict(num_warps=4), None), (dict(num_warps=4, max_registers=200), 200)):
+        out = torch.empty(2, 1, 2, 3, device=DEVICE)
+        triton_impl.advance_into(p.tri, x, None, out, commit=True, force_flush=False, **kw)
+        assert launches[-1].get("maxnreg") == want, (kw, launches[-1].get("maxnreg"))
