@@ -374,3 +374,19 @@ def test_register_cap_belongs_to_the_default_warps(monkeypatch):
         out = torch.empty(2, 1, 2, 3, device=DEVICE)
         triton_impl.advance_into(p.tri, x, None, out, commit=True, force_flush=False, **kw)
         assert launches[-1].get("maxnreg") == want, (kw, launches[-1].get("maxnreg"))
+
+
+def test_exact_zero_decays_in_verify():
+    """A draft token or committed record with log_a = -inf inside a multi-token call: weight 0, never NaN."""
+    g = torch.Generator().manual_seed(17)
+    for family in ("mamba2", "gated_deltanet", "gla"):
+        p = Pair(family, B=2, H=2, Hk=1, K=3, V=2, L=7, generator=g)
+        for t in range(3):
+            x = p.inputs(2, T=1)
+            la = x.log_a.clone()
+            la[t % 2, 0, 0] = float("-inf")
+            p.check(*p._out(x._replace(log_a=la), None, True), f"{family} step {t}")
+        x = p.inputs(2, T=3)
+        la = x.log_a.clone()
+        la[0, 1, 1] = float("-inf")  # the second draft token of row 0 forgets everything, in head 1
+        p.check(*p._out(x._replace(log_a=la), None, False), f"{family} verify")
