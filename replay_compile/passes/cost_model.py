@@ -37,7 +37,7 @@ ORIGINAL_GRAPH_BELOW = 8  # batch under which sites without the delta rule stay 
 
 
 def route(batch: int, value_heads: int, window: int, delta: bool) -> str:
-    """What a CUDA site does at this size (NOTE [cost model]), fastest first in the order measured:
+    """The fastest of the three for a CUDA site of this size, as measured (NOTE [cost model]):
 
     ``"original"`` (batch under 8, no delta rule: the graph is left to Inductor), ``"standard"`` (under
     ``512 x window`` head rows: the standard recurrence through our op), else ``"replay"``.
