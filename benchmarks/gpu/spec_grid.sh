@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
 # Issue 6's full speculative grid on one H200: `bench spec` over T 1,2,4,8 x acceptance 0.5,0.8,1.0,text for the
-# Mamba-2 and GDN shapes at the batch sizes in $BATCHES (default 32,128). At batch 256 a case took ~6.5 s
-# (2026-12-03); the grid is 32 cases per batch size, so run the batches as separate calls:
-#   BATCHES=32,128 bash benchmarks/gpu/spec_grid.sh [commit]      (~4 min)
-#   BATCHES=256 bash benchmarks/gpu/spec_grid.sh [commit]         (~4 min)
-#   BATCHES=512 bash benchmarks/gpu/spec_grid.sh [commit]         (~7 min)
+# Mamba-2 and GDN shapes at the batch sizes in $BATCHES (default 32,128), 32 cases per batch size. On a warm H200
+# (2026-12-03, tenth session) batch 256 took 44 s and batches 32,128,512 together 82 s:
+#   BATCHES=256 bash benchmarks/gpu/spec_grid.sh [commit]
+#   BATCHES=32,128,512 bash benchmarks/gpu/spec_grid.sh [commit]
 # `bench spec` writes its JSON after every case, so a part cut by its time box keeps what it measured.
 set -u
 source "$(dirname "$0")/part.sh"

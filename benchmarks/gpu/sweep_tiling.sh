@@ -1,22 +1,18 @@
 #!/usr/bin/env bash
-# Replay tiling sweep around the defaults at batch 256 (~8 min on a fresh H200): all three families, fp32 checkpoint
+# Replay tiling sweep around the defaults at batch 256 (~5 min on a fresh H200): all three families, fp32 checkpoint
 # and fp8 copy, warps x register cap for steps, caps for verify, the window L, and GDN/KDA in the other layout.
 # The defaults (NOTE [register cap] in templates/replay.py) came from this sweep's first run (2026-12-03, seventh
 # session, BENCHMARKS.md): 2 warps beat 1, 4 and 8 everywhere; the best cap was 168 for one-token kv tiles (GDN,
 # KDA), 128 for vk tiles (Mamba-2) and for verify; L = 8 was the fastest window. A `--maxnreg 0` row runs the
-# default cap of the default warps. Usage: bash benchmarks/gpu/sweep_tiling.sh [commit] (writes under $OUT).
+# default cap of the default warps; one-warp verify programs were timed on 2026-12-03 (tenth session) and lost
+# everywhere (BENCHMARKS.md). Usage: bash benchmarks/gpu/sweep_tiling.sh [commit] (writes under $OUT).
 set -u
 source "$(dirname "$0")/part.sh"
 gpu_setup sweep_log.txt "${1:-}"
 TUNE=(python3 benchmarks/tune_replay.py --shapes nemotron3-super-mamba2,qwen3.5-122b-gdn,kimi-linear-kda --batch 256)
 TAIL=24 part caps 150 "${TUNE[@]}" --read none,fp8 --warps 2,4 --maxnreg 128,168,200 --out "$OUT/sweep_caps.json"
-TAIL=12 part verify 120 "${TUNE[@]}" --read none --verify 4,8 --maxnreg 0,168 --out "$OUT/sweep_verify.json"
+TAIL=12 part verify 120 "${TUNE[@]}" --no-steps --verify 4,8 --maxnreg 0,168 --out "$OUT/sweep_verify.json"
 TAIL=12 part window 60 "${TUNE[@]}" --read none,fp8 --window 8,16 --out "$OUT/sweep_window.json"
-# One-warp verify programs (the reference fork's choice): value tiles of 16, uncapped, take 44 / 67 barriers for an
-# 8-token Mamba-2 / GDN call against 236 / 388 at the 2-warp default, no spills, 254-255 registers (sm90_report.py,
-# 2026-12-03, ninth session); never timed. The steps are timed at each of these tilings too (+~2 min).
-TAIL=14 part verify_one_warp 180 "${TUNE[@]}" --read none --verify 4,8 --warps 1 --block-v 8,16 --maxnreg 0,255 \
-  --out "$OUT/sweep_verify_one_warp.json"
 # GDN / KDA with keys contiguous (vLLM's [HV, V, K] state; transformers' is [H, K, V]): if faster, a checkpoint
 # of our own in that layout (as the 16-bit checkpoint option keeps one) would pay for its transposes
 TAIL=10 part layout_vk 60 "${TUNE[@]}" --shapes qwen3.5-122b-gdn,kimi-linear-kda --read none --layout vk --verify 8 \
