@@ -1,7 +1,7 @@
 """Tiling sweep of the replay template on the GPU (a development tool; figures go to BENCHMARKS.md).
 
-For each real shape at one batch size it times, per (read format, L, block_v, num_warps, maxnreg, items):
-``step`` (a decode step with rows at staggered ring phases, the L-step amortized cost, as `bench kernels`)
+For each real shape at one batch size it times, per (read format, L, block_v, num_warps, maxnreg, items,
+fold_unroll): ``step`` (a decode step with rows at staggered ring phases, the L-step amortized cost, as `bench kernels`)
 and ``nf`` (the same call without committing: no row flushes, the cursors stay put: the non-flush path
 alone), beside our standard kernel, with GB/s against the copy bandwidth of the same run; ``--verify T,...``
 adds a verify of T tokens + commit of all (L = 16 + T, fp32 checkpoint, no read copy) per (block_v, num_warps,
@@ -37,6 +37,7 @@ def main(argv=None) -> int:
     p.add_argument("--warps", type=comma_list(int), default=[0])
     p.add_argument("--maxnreg", type=comma_list(int), default=[0])
     p.add_argument("--items", type=comma_list(int), default=[0], help="(head, value tile) pairs a program serves")
+    p.add_argument("--fold-unroll", type=comma_list(int), default=[0], help="records per flush-fold iteration")
     p.add_argument("--verify", type=comma_list(int), default=[])
     p.add_argument("--layout", choices=("kv", "vk"), help="state layout instead of the model's (e.g. GDN with keys "
                    "contiguous, as vLLM stores it)")
@@ -57,27 +58,29 @@ def main(argv=None) -> int:
         print(f"{name} ({shape.layout}) B={B} standard {std_us:.1f} us {std_bytes / std_us / 1e3 / bw:.0%} bw")
         rows.append(dict(shape=name, layout=shape.layout, batch=B, kind="standard", us=std_us))
         xt = type(x)(*(None if f is None else f[:, None] for f in x))
-        for read, L, bv, nw, mr, it in itertools.product([] if args.no_steps else args.read, args.window, args.block_v,
-                                                          args.warps, args.maxnreg, args.items):
+        for read, L, bv, nw, mr, it, fu in itertools.product([] if args.no_steps else args.read, args.window,
+                                                              args.block_v, args.warps, args.maxnreg, args.items,
+                                                              args.fold_unroll):
             rs = staggered_replay_state(shape, B, L, "cuda", read)
             out = torch.empty(B, 1, rs.num_heads, rs.head_v, device="cuda")
-            kw = {k: val for k, val in (("block_v", bv), ("num_warps", nw), ("max_registers", mr), ("items", it)) if val}
+            kw = {k: val for k, val in (("block_v", bv), ("num_warps", nw), ("max_registers", mr), ("items", it),
+                                        ("fold_unroll", fu)) if val}
             try:
                 step_us, _ = timer(lambda: triton_impl.advance_into(rs, xt, None, out, commit=True, force_flush=False, **kw))
                 nf_us, _ = timer(lambda: triton_impl.advance_into(rs, xt, None, out, commit=False, force_flush=False, **kw))
             except Exception as e:  # noqa: BLE001
-                print(f"  {read} L={L} bv={bv} nw={nw} items={it}: {type(e).__name__}: {str(e)[:150]}")
+                print(f"  {read} L={L} bv={bv} nw={nw} items={it} fu={fu}: {type(e).__name__}: {str(e)[:150]}")
                 continue
             read_b = rs.memory_report()["read_copy"] // B
             step_bytes = replay_step_bytes(shape, fam, B, L, read_b, rs.raw_fold, x)
             nf_bytes = B * ((read_b or state_bytes(shape)) + record_bytes(shape, fam, rs.raw_fold) * (L - 1) / 2) + io_bytes(x)
             r = dict(shape=name, layout=shape.layout, batch=B, kind="replay", read=read, L=L, block_v=bv, warps=nw,
-                     maxnreg=mr, items=it,
+                     maxnreg=mr, items=it, fold_unroll=fu,
                      step_us=step_us,
                      nf_us=nf_us, step_bw=step_bytes / step_us / 1e3 / bw, nf_bw=nf_bytes / nf_us / 1e3 / bw,
                      speedup=std_us / step_us)
             rows.append(r)
-            print(f"  {read:5s} L={L:2d} bv={bv:3d} nw={nw} mr={mr} it={it}: step {step_us:7.1f} us ({r['step_bw']:.0%} bw, "
+            print(f"  {read:5s} L={L:2d} bv={bv:3d} nw={nw} mr={mr} it={it} fu={fu}: step {step_us:7.1f} us ({r['step_bw']:.0%} bw, "
                   f"{r['speedup']:.2f}x std)  non-flush {nf_us:7.1f} us ({r['nf_bw']:.0%} bw)", flush=True)
             del rs
         for T, bv, nw, mr in itertools.product(args.verify, args.block_v, args.warps, args.maxnreg):

@@ -9,6 +9,8 @@ and capture a decode loop in a CUDA graph.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 import triton
@@ -285,11 +287,13 @@ def _real_pair(name, B, L, seed, **kw):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", list(REAL))
-def test_real_shapes_gpu(name):
+@pytest.mark.parametrize("L", [4, 11])
+def test_real_shapes_gpu(name, L):
     """Real layer shapes on the GPU: steps at per-row phases with padding, verify T = 3 + commit, force flush.
 
-    Every call passes slots (one kernel variant per call kind keeps the GPU compile time down)."""
-    p = _real_pair(name, B=6, L=4, seed=1)
+    ``L = 11`` leaves a remainder after the unrolled fold's iterations of 8 (NOTE [fold unrolling]). Every call
+    passes slots (one kernel variant per call kind keeps the GPU compile time down)."""
+    p = _real_pair(name, B=6, L=L, seed=1)
     slots = torch.tensor([5, -1, 0, 3, 1, 2, 4], device=DEVICE)
     p.step(slots=slots[2:5])
     for _ in range(5):
@@ -374,6 +378,30 @@ def test_register_cap_belongs_to_the_default_warps(monkeypatch):
         out = torch.empty(2, 1, 2, 3, device=DEVICE)
         triton_impl.advance_into(p.tri, x, None, out, commit=True, force_flush=False, **kw)
         assert launches[-1].get("maxnreg") == want, (kw, launches[-1].get("maxnreg"))
+
+
+def test_fold_unrolling_rule_and_override(monkeypatch):
+    """One-token calls of scalar decay unroll the flush fold by 8 (not with a kv read copy, not per-channel decay,
+    not verify); an explicit ``fold_unroll`` reaches the launch (NOTE [fold unrolling])."""
+    from replay_compile.templates import replay
+
+    spec = replay.ReplaySpec(decay="scalar", delta=True, raw=False, layout="kv", window=16, k_heads=2,
+                             read_format=None, stochastic_rounding=False, seed=0)
+    unroll = lambda T, **kw: replay.tiling(dataclasses.replace(spec, **kw), 128, 128, 256, 8, T).fold_unroll
+    assert unroll(1) == 8 and unroll(1, decay="none") == 8 and unroll(1, read_format="fp8", layout="vk") == 8
+    assert unroll(4) == 1 and unroll(1, decay="channel") == 1 and unroll(1, read_format="fp8") == 1
+    launches = []
+
+    class Capture:
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: launches.append(kwargs)
+
+    monkeypatch.setattr(replay, "replay_kernel", Capture())
+    p = Pair("gated_deltanet", B=2, H=2, Hk=1, K=4, V=3, L=4, generator=torch.Generator().manual_seed(4))
+    for kw, want in ((dict(), 8), (dict(fold_unroll=2), 2)):
+        out = torch.empty(2, 1, 2, 3, device=DEVICE)
+        triton_impl.advance_into(p.tri, p.inputs(2, T=1), None, out, commit=True, force_flush=False, **kw)
+        assert launches[-1]["FOLD_UNROLL"] == want, (kw, launches[-1]["FOLD_UNROLL"])
 
 
 def test_exact_zero_decays_in_verify():

@@ -9,7 +9,7 @@ window ends) comes from the device cursors inside the kernel (``cursors.row_phas
 sync, so a call can be captured in a CUDA graph; the last program of a row moves its cursors (NOTE [the
 last program moves the cursors] in ``cursors.py``).
 
-Flush folds re-read their records from memory (``_fold``, one record per iteration), so the flush path,
+Flush folds re-read their records from memory (``_fold``, NOTE [fold unrolling]), so the flush path,
 which only 1/L of rows take, costs few registers on the others (a ``tl.dot`` fold took the kernel to
 254 registers and 0.55-0.68x of the standard kernel on the H200). See NOTE [register cap].
 
@@ -65,11 +65,6 @@ from .cursors import commit_kernel, finalize_row, load_row, row_phase
 from .readcopy import READ_CODES, load_read_tile, store_read_tile
 from .sround import SR_FORMATS, slot_seed, stochastic_round
 
-# records a flush fold loads per loop iteration. Every H200 figure so far was measured at 1 (no unrolling);
-# 4 cost no registers in sm90_report.py but has not been timed on the GPU.
-FOLD_UNROLL = tl.constexpr(1)
-
-
 @triton.jit
 def _ring(ring_row, stride, j, n, cols, col_mask, CD: tl.constexpr):
     """``[BL, BC]`` ring records at positions ``j < n`` (0 at the others, which are never read)."""
@@ -105,17 +100,17 @@ def _decayed(S, rla, xla, i, n_ring, n_total, LS: tl.constexpr, offs_k, mask_k, 
 
 @triton.jit
 def _fold(S, rk, rla, ru, xk, xla, n_ring, n_total, offs_k, mask_k, offs_v, mask_v,
-          KS: tl.constexpr, LS: tl.constexpr, US: tl.constexpr, L: tl.constexpr, DECAY: tl.constexpr, CD: tl.constexpr):
+          KS: tl.constexpr, LS: tl.constexpr, US: tl.constexpr, L: tl.constexpr, DECAY: tl.constexpr, CD: tl.constexpr,
+          UNROLL: tl.constexpr):
     """Checkpoint after the records at positions ``< n_total``: ``S <- a_i * S + k_i u_i^T`` in order.
 
     Keys and log-decays come from the ring below ``n_ring`` and from this call's inputs above it; the
     corrected updates ``u`` all come from the ring (this program wrote the new ones: see the barrier
     before a fold). Only flushing rows run it, so it re-reads records instead of holding the window in
     registers, which keeps the non-flush path's register budget (and occupancy) for the state tile.
-    ``FOLD_UNROLL`` records per iteration would put several records' loads in flight at once (each
-    iteration costs a memory round trip); it is 1 until that is timed on the GPU.
+    ``UNROLL`` records per loop iteration (NOTE [fold unrolling]).
     """
-    for i in tl.range(0, L, loop_unroll_factor=FOLD_UNROLL):
+    for i in tl.range(0, L, loop_unroll_factor=UNROLL):
         live = i < n_total
         k_i = _record(rk, xk, KS, i, n_ring, n_total, offs_k, mask_k, CD)
         u_i = tl.load(ru + i * US + offs_v, mask=mask_v & live, other=0.0).to(CD)
@@ -127,14 +122,14 @@ def _fold(S, rk, rla, ru, xk, xla, n_ring, n_total, offs_k, mask_k, offs_v, mask
 @triton.jit
 def _fold_raw(S, rk, rla, rv, rbeta, xk, xla, xv, xbeta, n_ring, n_new, offs_k, mask_k, offs_v, mask_v,
               KS: tl.constexpr, LS: tl.constexpr, US: tl.constexpr, BS: tl.constexpr, L: tl.constexpr,
-              DECAY: tl.constexpr, CD: tl.constexpr):
+              DECAY: tl.constexpr, CD: tl.constexpr, UNROLL: tl.constexpr):
     """The true delta recurrence over raw records ``(log_a, k, v, beta)``, from the exact checkpoint ``S``.
 
     Runs ``L`` predicated iterations (records past ``n_ring + n_new`` leave ``S`` unchanged): the trip
     count stays a compile-time constant (the interpreter cannot loop to a device value).
     """
     n_total = n_ring + n_new
-    for i in tl.range(0, L, loop_unroll_factor=FOLD_UNROLL):
+    for i in tl.range(0, L, loop_unroll_factor=UNROLL):
         k_i = _record(rk, xk, KS, i, n_ring, n_total, offs_k, mask_k, CD)
         v_i = _record(rv, xv, US, i, n_ring, n_total, offs_v, mask_v, CD)
         beta_i = _record(rbeta, xbeta, BS, i, n_ring, n_total, 0, True, CD)
@@ -314,7 +309,7 @@ def replay_kernel(
     DECAY: tl.constexpr, DELTA: tl.constexpr, RAW: tl.constexpr, READ: tl.constexpr, LAYOUT_KV: tl.constexpr,
     COMMIT: tl.constexpr, FORCE: tl.constexpr, MATERIALIZE: tl.constexpr, HAS_SLOTS: tl.constexpr,
     SR: tl.constexpr, SR_MANT: tl.constexpr, SR_EMIN: tl.constexpr, CD: tl.constexpr,
-    BHV: tl.constexpr, BHK: tl.constexpr,
+    BHV: tl.constexpr, BHK: tl.constexpr, FOLD_UNROLL: tl.constexpr,
 ):
     """Row ``b``, ``unit`` (a key group; a value head under per-channel decay), pairs ``[part * ITEMS,
     (part + 1) * ITEMS)`` of the unit's (value head, value tile) pairs, of a replay call over ``T`` tokens.
@@ -393,10 +388,10 @@ def replay_kernel(
             if pre:  # fold the committed records first (their ring positions are about to be reused)
                 if RAW:
                     base = _fold_raw(base, rk, rla, rv, rbeta, xk, xla, xv, xbeta, c, 0, offs_k, mask_k, cols_v,
-                                     mask_v, KS, LS, US, HV, L, DECAY, CD)
+                                     mask_v, KS, LS, US, HV, L, DECAY, CD, FOLD_UNROLL)
                 else:
                     base = _fold(base, rk, rla, ru, xk, xla, c, c, offs_k, mask_k, cols_v, mask_v, KS, LS, US, L,
-                                 DECAY, CD)
+                                 DECAY, CD, FOLD_UNROLL)
             tl.debug_barrier()  # every old record is read before this tile's new records overwrite them
 
             U = _ring(ru, US, j, count0, cols_v, mask_v, CD)
@@ -409,10 +404,10 @@ def replay_kernel(
             if post:  # post rows read the exact checkpoint: base is exact
                 if RAW:
                     new = _fold_raw(base, rk, rla, rv, rbeta, xk, xla, xv, xbeta, count0, T, offs_k, mask_k,
-                                    cols_v, mask_v, KS, LS, US, HV, L, DECAY, CD)
+                                    cols_v, mask_v, KS, LS, US, HV, L, DECAY, CD, FOLD_UNROLL)
                 else:
                     new = _fold(base, rk, rla, ru, xk, xla, count0, count0 + T, offs_k, mask_k, cols_v, mask_v,
-                                KS, LS, US, L, DECAY, CD)
+                                KS, LS, US, L, DECAY, CD, FOLD_UNROLL)
             if flush:
                 if SR:
                     if LAYOUT_KV:
@@ -440,6 +435,15 @@ def replay_kernel(
 
 
 # ------------------------------------------------------------------------------------------ launcher
+# NOTE [fold unrolling]
+# A flushing row's program folds L records into each of its tiles, one dependent load round trip per
+# record when the loop is not unrolled; with 1/L of rows flushing, those programs are the step's long
+# tail. One-token calls of scalar (and no) decay unroll the fold by 8, which lets the records' loads
+# overlap: H200, batch 256, L = 16 (2026-12-03, tune_replay.py on variants): Mamba-2 step 354 -> 346 us
+# (bf16 copy 339 -> 331, fp8 copy 321 -> 307), GDN 471 -> 448. Everything else keeps 1, slower at 8 on
+# the same run: GDN's `kv` tiles with a read copy (bf16 625 -> 651 us, fp8 616 -> 746: the copy's
+# dequantisation and the unrolled fold compete for registers), per-channel decay (KDA 289 -> 305 / 323 / 304
+# at 2 / 4 / 8: a decay vector per record), and verify calls (T = 4: Mamba-2 770 -> 912 us, GDN 1341 -> 1522).
 _DECAY_CODE = {"none": 0, "scalar": 1, "channel": 2}
 # programs a grid should have before a unit's tiles are shared by fewer of them (NOTE [key-group programs])
 PROGRAMS = 1024
@@ -488,10 +492,11 @@ class Tiling(NamedTuple):
     units: int   # programs' shared unit: key groups, or value heads under per-channel decay
     items: int   # (value head, value tile) pairs a program serves
     parts: int   # programs per unit
+    fold_unroll: int  # records per iteration of a flush fold (NOTE [fold unrolling])
 
 
 def tiling(spec: ReplaySpec, K: int, V: int, rows: int, Hv: int, T: int, block_v: Optional[int] = None,
-           items: Optional[int] = None) -> Tiling:
+           items: Optional[int] = None, fold_unroll: Optional[int] = None) -> Tiling:
     """How a call of ``T`` tokens over ``rows`` rows is cut into programs (:class:`Tiling`).
 
     Value tiles of ~4K elements, halved while the grid would leave SMs idle; every tile holds all keys,
@@ -523,13 +528,17 @@ def tiling(spec: ReplaySpec, K: int, V: int, rows: int, Hv: int, T: int, block_v
         while items > 1 and rows * units * triton.cdiv(per_unit, items) < PROGRAMS:
             items = triton.cdiv(items, 2)
     items = max(1, min(items, per_unit))
+    if fold_unroll is None:
+        one_token_scalar = T <= 1 and spec.decay != "channel"
+        fold_unroll = 8 if one_token_scalar and (spec.read_format is None or spec.layout == "vk") else 1
     return Tiling(BK, BV, triton.next_power_of_2(spec.window), num_warps, cap, units, items,
-                  triton.cdiv(per_unit, items))
+                  triton.cdiv(per_unit, items), fold_unroll)
 
 
 def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[torch.Tensor], out: Optional[torch.Tensor],
            *, commit: bool, force_flush: bool, materialize: bool, block_v: Optional[int] = None,
-           num_warps: Optional[int] = None, max_registers: Optional[int] = None, items: Optional[int] = None) -> None:
+           num_warps: Optional[int] = None, max_registers: Optional[int] = None, items: Optional[int] = None,
+           fold_unroll: Optional[int] = None) -> None:
     """Run one replay call (``x`` inputs ``[B, T, ...]``; ``materialize``: ``x`` is None, no tokens).
 
     One launch of the replay kernel over ``(B, units, parts)`` (:func:`tiling`); the last program of each
@@ -550,7 +559,7 @@ def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[t
     if B == 0:
         return
     cd = torch.float64 if state.dtype == torch.float64 else torch.float32
-    tile = tiling(spec, K, V, B, Hv, T, block_v, items)
+    tile = tiling(spec, K, V, B, Hv, T, block_v, items, fold_unroll)
     if num_warps in (None, tile.num_warps):  # the default cap belongs to the default warps (NOTE [register cap])
         max_registers = max_registers or tile.max_registers
     read = buf.read or {}
@@ -570,7 +579,7 @@ def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[t
         RAW=spec.raw, READ=READ_CODES[spec.read_format], LAYOUT_KV=spec.layout == "kv", COMMIT=commit,
         FORCE=force_flush, MATERIALIZE=materialize, HAS_SLOTS=slots is not None, SR=spec.stochastic_rounding,
         SR_MANT=sr_mant, SR_EMIN=sr_emin, CD=tl.float64 if cd == torch.float64 else tl.float32,
-        BHV=triton.next_power_of_2(Hv), BHK=triton.next_power_of_2(spec.k_heads),
+        BHV=triton.next_power_of_2(Hv), BHK=triton.next_power_of_2(spec.k_heads), FOLD_UNROLL=tile.fold_unroll,
         num_warps=num_warps or tile.num_warps, **flags_extra)
 
 
