@@ -207,6 +207,30 @@ def _targets(name, res, fam):
     return rows
 
 
+def add_length_arguments(p: argparse.ArgumentParser, *, steps: int, out: str, smoke: str, max_seconds: str,
+                         plot: str) -> None:
+    """The options both accuracy harnesses share (lengths, window, device, outputs), with their own defaults/help."""
+    p.add_argument("--steps", type=int, default=steps)
+    p.add_argument("--window", type=int, default=16)
+    p.add_argument("--first", type=int, default=1024, help="first reported length (then doubling)")
+    p.add_argument("--avg", type=int, default=64, help="tokens averaged before each reported length")
+    p.add_argument("--smoke", action="store_true", help=smoke)
+    p.add_argument("--max-seconds", type=float, default=None, help=max_seconds)
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default=out)
+    p.add_argument("--plot", default=None, help=plot)
+    p.add_argument("--no-progress", dest="progress", action="store_false")
+
+
+def parse_length_arguments(p: argparse.ArgumentParser, argv) -> argparse.Namespace:
+    """Parse; ``--smoke`` shrinks the run to a CPU check (64 steps at most, reports from 16, window 4)."""
+    args = p.parse_args(argv)
+    if args.smoke:
+        args.steps, args.first, args.avg, args.window = min(args.steps, 64), 16, 8, 4
+    return args
+
+
 def main(argv=None) -> int:
     argv = list(argv) if argv is not None else None
     if argv is not None and "--hf" in argv:
@@ -216,23 +240,12 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="replayssm bench accuracy", description=__doc__.splitlines()[0])
     p.add_argument("--hf", action="store_true", help="run inside a transformers hybrid model (bench.hf_accuracy)")
     p.add_argument("--families", default="mamba2,gated_deltanet,kda")
-    p.add_argument("--steps", type=int, default=131072)
-    p.add_argument("--window", type=int, default=16)
     p.add_argument("--batch", type=int, default=2)
     p.add_argument("--chunk", type=int, default=128, help="tokens per CUDA-graph replay")
-    p.add_argument("--first", type=int, default=1024, help="first reported length (then doubling)")
-    p.add_argument("--avg", type=int, default=64, help="tokens averaged before each reported length")
-    p.add_argument("--smoke", action="store_true", help="tiny heads, few steps: a CPU check of the harness")
-    p.add_argument("--max-seconds", type=float, default=None,
-                   help="per family: stop decoding after this long, reporting the lengths reached")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default="accuracy.json")
-    p.add_argument("--plot", default=None, help="write a log-log PNG of error against tokens (needs matplotlib)")
-    p.add_argument("--no-progress", dest="progress", action="store_false")
-    args = p.parse_args(argv)
-    if args.smoke:
-        args.steps, args.first, args.avg, args.window = min(args.steps, 64), 16, 8, 4
+    add_length_arguments(p, steps=131072, out="accuracy.json", smoke="tiny heads, few steps: a CPU check of the harness",
+                         max_seconds="per family: stop decoding after this long, reporting the lengths reached",
+                         plot="write a log-log PNG of error against tokens (needs matplotlib)")
+    args = parse_length_arguments(p, argv)
     device = torch.device(args.device)
     gpu = torch.cuda.get_device_name() if device.type == "cuda" else "cpu"
     results, report = {}, {"args": vars(args), "device": gpu,

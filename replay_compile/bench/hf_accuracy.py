@@ -20,7 +20,8 @@ import time
 import torch
 
 from ..families.base import Canonical, kv_view
-from .accuracy import PAIRS, ReplayVariant, StandardVariant, _checkpoints, kl_gain
+from .accuracy import PAIRS, ReplayVariant, StandardVariant, _checkpoints, add_length_arguments, kl_gain, \
+    parse_length_arguments
 
 VOCAB, BOS = 512, 1
 REFERENCE = "float64 reference"
@@ -184,22 +185,12 @@ def _targets(res) -> list:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="replayssm bench accuracy --hf", description=__doc__.splitlines()[0])
     p.add_argument("--hf-model", default="qwen3_5", choices=["qwen3_5", "nemotron_h"])
-    p.add_argument("--steps", type=int, default=32768)
-    p.add_argument("--window", type=int, default=16)
     p.add_argument("--rows", type=int, default=2, help="batch rows per variant")
-    p.add_argument("--first", type=int, default=1024, help="first reported length (then doubling)")
-    p.add_argument("--avg", type=int, default=64, help="tokens averaged before each reported length")
     p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of the reference")
-    p.add_argument("--smoke", action="store_true", help="tiny model, few steps: a CPU check of the harness")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default="accuracy_hf.json")
-    p.add_argument("--max-seconds", type=float, default=None, help="stop after this long (lengths reached so far)")
-    p.add_argument("--plot", default=None, help="write a log-log PNG of KL against tokens (needs matplotlib)")
-    p.add_argument("--no-progress", dest="progress", action="store_false")
-    args = p.parse_args(argv)
-    if args.smoke:
-        args.steps, args.first, args.avg, args.window = min(args.steps, 64), 16, 8, 4
+    add_length_arguments(p, steps=32768, out="accuracy_hf.json", smoke="tiny model, few steps: a CPU check of the harness",
+                         max_seconds="stop after this long (lengths reached so far)",
+                         plot="write a log-log PNG of KL against tokens (needs matplotlib)")
+    args = parse_length_arguments(p, argv)
     device = torch.device(args.device)
     rep = run(args, device)
     targets = _targets(rep["results"])

@@ -92,48 +92,34 @@ def nemotron_h_config(**overrides):
     return transformers.NemotronHConfig(**kw)
 
 
-def _gdn_sizes():
-    # 2 qk heads of 6, 4 v heads of 10: grouped heads (repeat_interleave by 2) and K != V.
-    return dict(
+def _gdn_hybrid(**extra):
+    """GDN, GDN, GDN, attention (the real 3:1 pattern). GDN 2 qk heads of 6, 4 v heads of 10: grouped heads
+    (repeat_interleave by 2) and K != V; attention 4 q / 2 kv heads of 8."""
+    return _common(
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        layer_types=["linear_attention", "linear_attention", "linear_attention", "full_attention"],
         linear_num_key_heads=2,
         linear_num_value_heads=4,
         linear_key_head_dim=6,
         linear_value_head_dim=10,
         linear_conv_kernel_dim=4,
+        **extra,
     )
 
 
 def qwen3_next_config(**overrides):
-    """Qwen3-Next: GDN, GDN, GDN, attention (the real 3:1 pattern); dense MLPs in every layer."""
-    kw = _common(
-        hidden_size=32,
-        intermediate_size=48,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-        layer_types=["linear_attention", "linear_attention", "linear_attention", "full_attention"],
-        mlp_only_layers=[0, 1, 2, 3],
-        **_gdn_sizes(),
-    )
-    kw.update(overrides)
-    return transformers.Qwen3NextConfig(**kw)
+    """Qwen3-Next (:func:`_gdn_hybrid`) with dense MLPs in every layer."""
+    return transformers.Qwen3NextConfig(**{**_gdn_hybrid(mlp_only_layers=[0, 1, 2, 3]), **overrides})
 
 
 def qwen3_5_config(**overrides):
-    """Qwen3.5 text decoder (model_type `qwen3_5_text`): GDN, GDN, GDN, attention; dense MLPs."""
-    kw = _common(
-        hidden_size=32,
-        intermediate_size=48,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-        layer_types=["linear_attention", "linear_attention", "linear_attention", "full_attention"],
-        **_gdn_sizes(),
-    )
-    kw.update(overrides)
-    return transformers.Qwen3_5TextConfig(**kw)
+    """Qwen3.5 text decoder (model_type `qwen3_5_text`, :func:`_gdn_hybrid`); dense MLPs."""
+    return transformers.Qwen3_5TextConfig(**{**_gdn_hybrid(), **overrides})
 
 
 def kimi_linear_config(**overrides):
