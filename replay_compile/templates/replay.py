@@ -436,14 +436,17 @@ def replay_kernel(
 
 # ------------------------------------------------------------------------------------------ launcher
 # NOTE [fold unrolling]
-# A flushing row's program folds L records into each of its tiles, one dependent load round trip per
-# record when the loop is not unrolled; with 1/L of rows flushing, those programs are the step's long
-# tail. One-token calls of scalar (and no) decay unroll the fold by 8, which lets the records' loads
-# overlap: H200, batch 256, L = 16 (2026-12-03, tune_replay.py on variants): Mamba-2 step 354 -> 346 us
-# (bf16 copy 339 -> 331, fp8 copy 321 -> 307), GDN 471 -> 448. Everything else keeps 1, slower at 8 on
-# the same run: GDN's `kv` tiles with a read copy (bf16 625 -> 651 us, fp8 616 -> 746: the copy's
-# dequantisation and the unrolled fold compete for registers), per-channel decay (KDA 289 -> 305 / 323 / 304
-# at 2 / 4 / 8: a decay vector per record), and verify calls (T = 4: Mamba-2 770 -> 912 us, GDN 1341 -> 1522).
+# A flushing row's program folds L records into each of its tiles, one load round trip per record when
+# the loop is not unrolled, and runs several times as long as the others (at batch 256, L = 16, the 1/16
+# of rows that flush added 93 us to GDN's 378 us non-flush step). One-token calls (and materialize) of
+# scalar or no decay unroll the fold by 8, which lets the records' loads overlap: H200, batch 256, L = 16
+# (2026-12-03, tune_replay.py on variants): Mamba-2 step 354 -> 346 us (bf16 copy 339 -> 331, fp8 copy
+# 321 -> 307), GDN 471 -> 448; at the commit that made it the default, against --fold-unroll 1 in the same
+# run (step_check.sh): Mamba-2 350 -> 342, fp8 copy 324 -> 310, GDN 471 -> 447. Everything else keeps 1,
+# slower at 8 in the variants' run: GDN's `kv` tiles with a read copy (bf16 625 -> 651 us, fp8 616 -> 746:
+# the copy's dequantisation and the unrolled fold compete for registers), per-channel decay (KDA 289 -> 305 /
+# 323 / 304 at 2 / 4 / 8: a decay vector per record), and verify calls (T = 4: Mamba-2 770 -> 912 us, GDN
+# 1341 -> 1522).
 _DECAY_CODE = {"none": 0, "scalar": 1, "channel": 2}
 # programs a grid should have before a unit's tiles are shared by fewer of them (NOTE [key-group programs])
 PROGRAMS = 1024
