@@ -10,6 +10,7 @@ the cursors still, so every profiled launch is the non-flush path alone; ``--tok
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 import torch
 
@@ -26,8 +27,10 @@ def main(argv=None) -> None:
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--no-commit", action="store_true")
     p.add_argument("--tokens", type=int, default=1, help="tokens per call (T > 1: a verify-sized call)")
+    p.add_argument("--layout", choices=("kv", "vk"), help="state layout instead of the shape's (as tune_replay.py)")
     args = p.parse_args(argv)
     shape, B, L = SHAPES[args.shape], args.batch, args.window
+    shape = dataclasses.replace(shape, layout=args.layout or shape.layout)
     T = args.tokens
     x = draw_inputs(shape, B, T, "cuda", seed=B)
     rs = staggered_replay_state(shape, B, L, "cuda", args.read, tokens=T)

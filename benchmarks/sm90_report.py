@@ -9,13 +9,14 @@ multiples of 16 marked), runs Triton's bundled ``ptxas -v`` and prints what it r
 
 Each case is ``shape,read,T,L`` (shapes of ``replayssm bench kernels``). ``--dump DIR`` also writes each
 call's TTGIR (the layouts Triton chose) and SASS (count the SHFL / BAR / LDS a change adds or removes);
-``--warps``, ``--block-v`` and ``--maxnreg`` override the tiling. Figures are the compiler's, not timings: on
+``--warps``, ``--block-v`` and ``--maxnreg`` override the tiling, ``--layout`` the state layout. Figures are the compiler's, not timings: on
 2026-12-02 a kernel with no spills still ran at half of bandwidth, and on 2026-12-03 a variant with half the
 shuffles ran slower (BENCHMARKS.md).
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import inspect
 import os
 import re
@@ -103,6 +104,7 @@ def main(argv=None) -> int:
     p.add_argument("--warps", type=int, default=0, help="override the tiling's warps per program")
     p.add_argument("--block-v", type=int, default=0, help="override the tiling's value tile")
     p.add_argument("--maxnreg", type=int, default=0, help="cap registers per thread (ptxas .maxnreg)")
+    p.add_argument("--layout", choices=("kv", "vk"), help="state layout instead of the shape's (as tune_replay.py)")
     args = p.parse_args(argv)
     if args.dump:
         os.makedirs(args.dump, exist_ok=True)
@@ -111,6 +113,7 @@ def main(argv=None) -> int:
     for case in args.cases:
         name, read, T, L = case.split(",")
         shape, T, L = SHAPES[name], int(T), int(L)
+        shape = dataclasses.replace(shape, layout=args.layout or shape.layout)
         rs = ReplayState(draw_state(shape, args.batch, "cpu", seed=1), get_family(shape.family), L,
                          layout=shape.layout, k_heads=shape.k_heads, read_dtype=None if read == "none" else read,
                          validate=False, kernels="triton")
