@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Times kernel patches of benchmarks/experiments beside main in one run: main first, then each patch applied to a
+# copy of replay_compile/ (tune_replay.py prints which copy it imports). ~70 s per tree on a warm H200 with the
+# default TUNE (steps fp32 + fp8 copy, verify T = 4, 8, three shapes); TESTS=1 also runs the GPU kernel tests on each
+# patched copy (~170 s each; a variant counts only after they pass there).
+# Usage: [TUNE="--read none --verify 8"] [TESTS=1] bash benchmarks/gpu/variants.sh benchmarks/experiments/A.patch ...
+set -u
+source "$(dirname "$0")/part.sh"
+gpu_setup variants_log.txt
+read -r -a TUNE_ARGS <<< "${TUNE:---read none,fp8 --verify 4,8}"
+TAIL=16 part main 150 python3 benchmarks/tune_replay.py "${TUNE_ARGS[@]}" --out "$OUT/variant_main.json"
+for patch in "$@"; do
+  name=$(basename "$patch" .patch); dir=/tmp/variant_$name
+  rm -rf "$dir"; mkdir -p "$dir"; cp -r replay_compile "$dir/"
+  if ! (cd "$dir" && git apply --include='replay_compile/*' "$OLDPWD/$patch"); then echo "$name: does not apply"; continue; fi
+  if [ -n "${TESTS:-}" ]; then
+    TAIL=4 part "tests_$name" 200 env PYTHONPATH="$dir" python3 -m pytest -m gpu tests/test_kernels.py -q -x \
+      -p no:cacheprovider
+  fi
+  TAIL=16 part "$name" 150 env PYTHONPATH="$dir" python3 benchmarks/tune_replay.py "${TUNE_ARGS[@]}" \
+    --out "$OUT/variant_$name.json"
+done
+echo total $SECONDS
