@@ -4,7 +4,8 @@
 # GDN/KDA in the other layout.
 # The defaults (NOTE [register cap] in templates/replay.py) came from this sweep's first run (2026-12-03, seventh
 # session, BENCHMARKS.md): 2 warps beat 1, 4 and 8 everywhere; the best cap was 168 for one-token kv tiles (GDN,
-# KDA), 128 for vk tiles (Mamba-2) and for verify; L = 8 was the fastest window. A `--maxnreg 0` row runs the
+# KDA), 128 for vk tiles (Mamba-2) and for verify; L = 8 was the fastest of 8, 16, 32 (L = 4: not timed before the
+# eleventh session added it). A `--maxnreg 0` row runs the
 # default cap of the default warps; one-warp verify programs were timed on 2026-12-03 (tenth session) and lost
 # everywhere (BENCHMARKS.md). Usage: bash benchmarks/gpu/sweep_tiling.sh [commit] (writes under $OUT).
 set -u
@@ -13,7 +14,7 @@ gpu_setup sweep_log.txt "${1:-}"
 TUNE=(python3 benchmarks/tune_replay.py --shapes nemotron3-super-mamba2,qwen3.5-122b-gdn,kimi-linear-kda --batch 256)
 TAIL=24 part caps 150 "${TUNE[@]}" --read none,fp8 --warps 2,4 --maxnreg 128,168,200 --out "$OUT/sweep_caps.json"
 TAIL=12 part verify 120 "${TUNE[@]}" --no-steps --verify 4,8 --maxnreg 0,168 --out "$OUT/sweep_verify.json"
-TAIL=12 part window 60 "${TUNE[@]}" --read none,fp8 --window 8,16 --out "$OUT/sweep_window.json"
+TAIL=12 part window 80 "${TUNE[@]}" --read none,fp8 --window 4,8,16 --out "$OUT/sweep_window.json"
 # read copies with wider value tiles: a GDN / KDA step reading an fp8 copy (a quarter of the bytes) took as long
 # as with the fp32 checkpoint on 2026-12-03 (non-flush 392 vs 393 us): not bandwidth-bound at the fp32 tiling
 TAIL=14 part readcopy_tiles 110 "${TUNE[@]}" --read bf16,fp8 --block-v 64,128 --warps 4,8 \
