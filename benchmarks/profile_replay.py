@@ -10,11 +10,10 @@ the cursors still, so every profiled launch is the non-flush path alone; ``--tok
 from __future__ import annotations
 
 import argparse
-import dataclasses
 
 import torch
 
-from replay_compile.bench.kernels import SHAPES, draw_inputs, staggered_replay_state
+from replay_compile.bench.kernels import SHAPES, draw_inputs, real_shape, staggered_replay_state
 from replay_compile.runtime import triton_impl
 
 
@@ -29,8 +28,7 @@ def main(argv=None) -> None:
     p.add_argument("--tokens", type=int, default=1, help="tokens per call (T > 1: a verify-sized call)")
     p.add_argument("--layout", choices=("kv", "vk"), help="state layout instead of the shape's (as tune_replay.py)")
     args = p.parse_args(argv)
-    shape, B, L = SHAPES[args.shape], args.batch, args.window
-    shape = dataclasses.replace(shape, layout=args.layout or shape.layout)
+    shape, B, L = real_shape(args.shape, args.layout), args.batch, args.window
     T = args.tokens
     x = draw_inputs(shape, B, T, "cuda", seed=B)
     rs = staggered_replay_state(shape, B, L, "cuda", args.read, tokens=T)

@@ -16,7 +16,6 @@ shuffles ran slower (BENCHMARKS.md).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import inspect
 import os
 import re
@@ -31,7 +30,7 @@ import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-from replay_compile.bench.kernels import SHAPES, draw_inputs, draw_state  # noqa: E402
+from replay_compile.bench.kernels import draw_inputs, draw_state, real_shape  # noqa: E402
 from replay_compile.families import get_family  # noqa: E402
 from replay_compile.runtime import ReplayState, triton_impl  # noqa: E402
 from replay_compile.templates import replay  # noqa: E402
@@ -112,8 +111,7 @@ def main(argv=None) -> int:
     replay.replay_kernel = capture
     for case in args.cases:
         name, read, T, L = case.split(",")
-        shape, T, L = SHAPES[name], int(T), int(L)
-        shape = dataclasses.replace(shape, layout=args.layout or shape.layout)
+        shape, T, L = real_shape(name, args.layout), int(T), int(L)
         rs = ReplayState(draw_state(shape, args.batch, "cpu", seed=1), get_family(shape.family), L,
                          layout=shape.layout, k_heads=shape.k_heads, read_dtype=None if read == "none" else read,
                          validate=False, kernels="triton")

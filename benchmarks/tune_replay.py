@@ -12,7 +12,6 @@ maxnreg).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import itertools
 import json
 import os
@@ -20,8 +19,8 @@ import sys
 
 import torch
 
-from replay_compile.bench.kernels import SHAPES, Timer, comma_list, copy_bandwidth, draw_inputs, draw_state, io_bytes, \
-    record_bytes, replay_step_bytes, staggered_replay_state, state_bytes
+from replay_compile.bench.kernels import Timer, comma_list, copy_bandwidth, draw_inputs, draw_state, io_bytes, \
+    real_shape, record_bytes, replay_step_bytes, staggered_replay_state, state_bytes
 from replay_compile.families import get_family
 from replay_compile.runtime import triton_impl
 from replay_compile.templates.standard import standard_step
@@ -49,7 +48,7 @@ def main(argv=None) -> int:
     rows = []
     print(f"copy bandwidth {bw:.0f} GB/s; replay_compile from {os.path.dirname(triton_impl.__file__)}")
     for name, B in itertools.product(args.shapes, args.batch):
-        shape = SHAPES[name] if args.layout is None else dataclasses.replace(SHAPES[name], layout=args.layout)
+        shape = real_shape(name, args.layout)
         fam = get_family(shape.family)
         x = draw_inputs(shape, B, None, "cuda", seed=B)
         st = draw_state(shape, B, "cuda", seed=1)

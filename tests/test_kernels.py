@@ -357,8 +357,9 @@ def test_exact_zero_decays_and_window_one_with_read_copy():
             p.check(*p._out(x._replace(log_a=la), None, True), f"{family} step {t}")
 
 
-def test_register_cap_belongs_to_the_default_warps(monkeypatch):
-    """The tiling's register cap is passed only with its own warps; other warps get the caller's cap or none."""
+@pytest.fixture
+def replay_launches(monkeypatch):
+    """The keyword arguments of each replay-kernel launch, recorded instead of run."""
     from replay_compile.templates import replay
 
     launches = []
@@ -368,6 +369,13 @@ def test_register_cap_belongs_to_the_default_warps(monkeypatch):
             return lambda *args, **kwargs: launches.append(kwargs)
 
     monkeypatch.setattr(replay, "replay_kernel", Capture())
+    return launches
+
+
+def test_register_cap_belongs_to_the_default_warps(replay_launches):
+    """The tiling's register cap is passed only with its own warps; other warps get the caller's cap or none."""
+    from replay_compile.templates import replay
+
     g = torch.Generator().manual_seed(3)
     p = Pair("gated_deltanet", B=2, H=2, Hk=1, K=4, V=3, L=4, generator=g)
     x = p.inputs(2, T=1)
@@ -377,10 +385,10 @@ def test_register_cap_belongs_to_the_default_warps(monkeypatch):
                      (dict(num_warps=4), None), (dict(num_warps=4, max_registers=200), 200)):
         out = torch.empty(2, 1, 2, 3, device=DEVICE)
         triton_impl.advance_into(p.tri, x, None, out, commit=True, force_flush=False, **kw)
-        assert launches[-1].get("maxnreg") == want, (kw, launches[-1].get("maxnreg"))
+        assert replay_launches[-1].get("maxnreg") == want, (kw, replay_launches[-1].get("maxnreg"))
 
 
-def test_fold_unrolling_rule_and_override(monkeypatch):
+def test_fold_unrolling_rule_and_override(replay_launches):
     """One-token calls of scalar decay unroll the flush fold by 8 (not with a kv read copy, not per-channel decay,
     not verify); an explicit ``fold_unroll`` reaches the launch (NOTE [fold unrolling])."""
     from replay_compile.templates import replay
@@ -390,18 +398,11 @@ def test_fold_unrolling_rule_and_override(monkeypatch):
     unroll = lambda T, **kw: replay.tiling(dataclasses.replace(spec, **kw), 128, 128, 256, 8, T).fold_unroll
     assert unroll(1) == 8 and unroll(1, decay="none") == 8 and unroll(1, read_format="fp8", layout="vk") == 8
     assert unroll(4) == 1 and unroll(1, decay="channel") == 1 and unroll(1, read_format="fp8") == 1
-    launches = []
-
-    class Capture:
-        def __getitem__(self, grid):
-            return lambda *args, **kwargs: launches.append(kwargs)
-
-    monkeypatch.setattr(replay, "replay_kernel", Capture())
     p = Pair("gated_deltanet", B=2, H=2, Hk=1, K=4, V=3, L=4, generator=torch.Generator().manual_seed(4))
     for kw, want in ((dict(), 8), (dict(fold_unroll=2), 2)):
         out = torch.empty(2, 1, 2, 3, device=DEVICE)
         triton_impl.advance_into(p.tri, p.inputs(2, T=1), None, out, commit=True, force_flush=False, **kw)
-        assert launches[-1]["FOLD_UNROLL"] == want, (kw, launches[-1]["FOLD_UNROLL"])
+        assert replay_launches[-1]["FOLD_UNROLL"] == want, (kw, replay_launches[-1]["FOLD_UNROLL"])
 
 
 def test_exact_zero_decays_in_verify():

@@ -4,10 +4,9 @@
 # GDN/KDA in the other layout.
 # The defaults (NOTE [register cap] in templates/replay.py) came from this sweep's first run (2026-12-03, seventh
 # session, BENCHMARKS.md): 2 warps beat 1, 4 and 8 everywhere; the best cap was 168 for one-token kv tiles (GDN,
-# KDA), 128 for vk tiles (Mamba-2) and for verify; L = 8 was the fastest of 8, 16, 32 (L = 4: not timed before the
-# eleventh session added it). A `--maxnreg 0` row runs the
-# default cap of the default warps; one-warp verify programs were timed on 2026-12-03 (tenth session) and lost
-# everywhere (BENCHMARKS.md). Usage: bash benchmarks/gpu/sweep_tiling.sh [commit] (writes under $OUT).
+# KDA), 128 for vk tiles (Mamba-2) and for verify; L = 8 was the fastest of 8, 16, 32 (L = 4 was first added by
+# the eleventh session). A `--maxnreg 0` row runs the default cap of the default warps; one-warp verify programs
+# were timed on 2026-12-03 (tenth session) and lost everywhere (BENCHMARKS.md). Usage: bash benchmarks/gpu/sweep_tiling.sh [commit] (writes under $OUT).
 set -u
 source "$(dirname "$0")/part.sh"
 gpu_setup sweep_log.txt "${1:-}"

@@ -62,6 +62,13 @@ SMOKE_SHAPES = {
     "smoke-gdn": Shape("gated_deltanet", 4, 2, 8, 8, "kv"),
     "smoke-kda": Shape("kda", 2, 2, 8, 8, "kv"),
 }
+
+
+def real_shape(name: str, layout: Optional[str] = None) -> Shape:
+    """``SHAPES[name]``, with its state in ``layout`` instead of the model's when given (tools' ``--layout``)."""
+    return SHAPES[name] if layout is None else dataclasses.replace(SHAPES[name], layout=layout)
+
+
 FULL = dict(batch=[1, 8, 32, 128, 256, 512], window=[4, 8, 16, 32], read=["none", "bf16", "fp8", "fp4"],
             verify=[1, 2, 4, 8])
 QUICK = dict(batch=[1, 256], window=[8, 16], read=["none", "fp8", "fp4"], verify=[4, 8])
