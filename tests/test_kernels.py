@@ -389,15 +389,16 @@ def test_register_cap_belongs_to_the_default_warps(replay_launches):
 
 
 def test_fold_unrolling_rule_and_override(replay_launches):
-    """One-token calls of scalar decay unroll the flush fold by 8 (not with a kv read copy, not per-channel decay,
-    not verify); an explicit ``fold_unroll`` reaches the launch (NOTE [fold unrolling])."""
+    """One-token calls unroll the flush fold by 8 (not with a kv read copy, not verify); an explicit
+    ``fold_unroll`` reaches the launch (NOTE [fold unrolling])."""
     from replay_compile.templates import replay
 
     spec = replay.ReplaySpec(decay="scalar", delta=True, raw=False, layout="kv", window=16, k_heads=2,
                              read_format=None, stochastic_rounding=False, seed=0)
     unroll = lambda T, **kw: replay.tiling(dataclasses.replace(spec, **kw), 128, 128, 256, 8, T).fold_unroll
-    assert unroll(1) == 8 and unroll(1, decay="none") == 8 and unroll(1, read_format="fp8", layout="vk") == 8
-    assert unroll(4) == 1 and unroll(1, decay="channel") == 1 and unroll(1, read_format="fp8") == 1
+    assert unroll(1) == 8 and unroll(1, decay="none") == 8 and unroll(1, decay="channel") == 8
+    assert unroll(1, read_format="fp8", layout="vk") == 8
+    assert unroll(4) == 1 and unroll(1, read_format="fp8") == 1 and unroll(1, decay="channel", read_format="fp8") == 1
     p = Pair("gated_deltanet", B=2, H=2, Hk=1, K=4, V=3, L=4, generator=torch.Generator().manual_seed(4))
     for kw, want in ((dict(), 8), (dict(fold_unroll=2), 2)):
         out = torch.empty(2, 1, 2, 3, device=DEVICE)

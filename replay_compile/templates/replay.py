@@ -44,6 +44,28 @@ read-copy kernel is then the one measured before this change, SASS for SASS). ``
 GDN, KDA) keep the plain load too: a 4D load putting the warps on values (no cross-warp key reduction) made
 their steps 16-47% slower on the H200 (commit ``a3c3326``, BENCHMARKS.md).
 
+# NOTE [closed-form fold]
+A flush folds n records into the tile: ``S_n = A S_0 + sum_i (w_i k_i) u_i^T`` with ``A`` the product of the
+n decays and ``w_i`` that of the decays after record i (scalars, or vectors over key channels that scale keys).
+``_fold`` scales the tile once by ``A`` (the exponential of a sum of log-decays) and then adds the records latest
+first, ``w`` growing by one decay per record: one fused multiply-add per tile element and record instead of a
+multiply and a multiply-add when each record decayed the tile. A decay of exactly 0 (``log_a = -inf``) gives
+``A = 0`` and weight 0 to the records before it, as the in-order fold did; records past ``n_total`` load as 0.
+sm_90 compile: FMUL in the GDN / Mamba-2 step 1146 / 1117 -> 304 / 275. H200, batch 256, L = 16 (2026-12-03,
+with NOTE [paired reductions], against main in the same run): Mamba-2 fp8-copy step 306.9 -> 295.4 us (1.74 ->
+1.81x the standard kernel), KDA 289.7 -> 279.6 (unrolled by 8 now, NOTE [fold unrolling]); the fp32 Mamba-2
+step is unchanged (345.7 / 347.8) and verify T = 8 is 3-4% slower (Mamba-2 1527 -> 1592 us, GDN 3024 -> 3112).
+
+# NOTE [paired reductions]
+Under the delta rule a token reads the tile twice (``base^T q_t`` for its output, ``base^T k_t`` for its
+update) and the window twice. Both of each pair reduce over the same axis, and on ``kv`` tiles that axis
+spans warps, so each reduction is a shared-memory exchange with barriers. ``_dots2`` reduces a pair in one
+``tl.reduce`` of two operands: one exchange for both. The output then takes the token's own update as
+``(k_p . q_t) u_t`` (``KQ``, per program) instead of reducing the window again after ``u_t`` joins it.
+One-token calls only: in the token loop of a verify the pairs made GDN's T = 8 9% slower on the H200 (3023 ->
+3305 us, more spills), where the one-token GDN step went 447.6 -> 435.2 us (1.19 -> 1.23x the standard
+kernel; non-flush 399.6 -> 361.7 us) with the closed-form fold beside it (2026-12-03, batch 256, L = 16).
+
 # NOTE [window weights without differences]
 The decay from record ``i`` to position ``p`` is ``exp(sum_{i<j<=p} log_a_j)``: a reverse cumulative
 sum of the log-decays shifted by one position (gathered a second time at ``j + 1``), never a difference
@@ -99,6 +121,15 @@ def _decayed(S, rla, xla, i, n_ring, n_total, LS: tl.constexpr, offs_k, mask_k, 
 
 
 @triton.jit
+def _log_decay(rla, xla, i, n_ring, n_total, LS: tl.constexpr, offs_k, mask_k, DECAY: tl.constexpr, CD: tl.constexpr):
+    """Record ``i``'s log-decay (a scalar, or ``[BK]`` per key channel); 0 past ``n_total``."""
+    if DECAY == 2:
+        return _record(rla, xla, LS, i, n_ring, n_total, offs_k, mask_k, CD)
+    else:
+        return _record(rla, xla, LS, i, n_ring, n_total, 0, True, CD)
+
+
+@triton.jit
 def _fold(S, rk, rla, ru, xk, xla, n_ring, n_total, offs_k, mask_k, offs_v, mask_v,
           KS: tl.constexpr, LS: tl.constexpr, US: tl.constexpr, L: tl.constexpr, DECAY: tl.constexpr, CD: tl.constexpr,
           UNROLL: tl.constexpr):
@@ -108,14 +139,25 @@ def _fold(S, rk, rla, ru, xk, xla, n_ring, n_total, offs_k, mask_k, offs_v, mask
     corrected updates ``u`` all come from the ring (this program wrote the new ones: see the barrier
     before a fold). Only flushing rows run it, so it re-reads records instead of holding the window in
     registers, which keeps the non-flush path's register budget (and occupancy) for the state tile.
-    ``UNROLL`` records per loop iteration (NOTE [fold unrolling]).
+    ``UNROLL`` records per loop iteration (NOTE [fold unrolling]). NOTE [closed-form fold]: the tile is
+    scaled once and each record adds ``(w_i k_i) u_i^T``.
     """
-    for i in tl.range(0, L, loop_unroll_factor=UNROLL):
-        live = i < n_total
-        k_i = _record(rk, xk, KS, i, n_ring, n_total, offs_k, mask_k, CD)
-        u_i = tl.load(ru + i * US + offs_v, mask=mask_v & live, other=0.0).to(CD)
-        S = tl.where(live, _decayed(S, rla, xla, i, n_ring, n_total, LS, offs_k, mask_k, DECAY, CD)
-                     + k_i[:, None] * u_i[None, :], S)
+    if DECAY > 0:
+        total = _log_decay(rla, xla, 0, n_ring, n_total, LS, offs_k, mask_k, DECAY, CD)
+        for i in tl.range(1, L, loop_unroll_factor=UNROLL):
+            total += _log_decay(rla, xla, i, n_ring, n_total, LS, offs_k, mask_k, DECAY, CD)
+        if DECAY == 2:
+            S = S * tl.exp(total)[:, None]
+        else:
+            S = S * tl.exp(total)
+    w = tl.full([], 1.0, CD) if DECAY < 2 else tl.full(offs_k.shape, 1.0, CD)
+    for r in tl.range(0, L, loop_unroll_factor=UNROLL):
+        i = L - 1 - r  # latest record first: its weight is 1, each older one's is the product of the later decays
+        k_i = _record(rk, xk, KS, i, n_ring, n_total, offs_k, mask_k, CD)  # 0 past n_total
+        u_i = tl.load(ru + i * US + offs_v, mask=mask_v & (i < n_total), other=0.0).to(CD)
+        S += (w * k_i)[:, None] * u_i[None, :]
+        if DECAY > 0:
+            w = w * tl.exp(_log_decay(rla, xla, i, n_ring, n_total, LS, offs_k, mask_k, DECAY, CD))
     return S
 
 
@@ -155,6 +197,17 @@ def _get_row(M, tt, t):
 def _tile_dot(base, x):
     """``base^T x`` ``[BV]`` for the tile ``base [BK, BV]`` and ``x [BK]``."""
     return tl.sum(base * x[:, None], 0)
+
+
+@triton.jit
+def _add_pairs(a0, a1, b0, b1):
+    return a0 + b0, a1 + b1
+
+
+@triton.jit
+def _dots2(M, x, y):
+    """``(M^T x, M^T y)`` for ``M [N, BV]``, ``x, y [N]``: one reduction over ``N`` for both (NOTE [paired reductions])."""
+    return tl.reduce((M * x[:, None], M * y[:, None]), 0, _add_pairs)
 
 
 @triton.jit
@@ -219,7 +272,7 @@ def _channel_dots(rk, rla, xq, xk, xla, count0, j, tt, offs_k, mask_k, bad,
 
 
 @triton.jit
-def _tile_tokens(base, U, DQ, DK, GC, rla, xq, xk, xv, xla, xbeta, o_ptr, ru, rv, count0, j, tt,
+def _tile_tokens(base, U, DQ, DK, KQ, GC, rla, xq, xk, xv, xla, xbeta, o_ptr, ru, rv, count0, j, tt,
                  offs_k, mask_k, cols_v, mask_v, live, bad,
                  KS: tl.constexpr, US: tl.constexpr, LS: tl.constexpr, HV: tl.constexpr, V: tl.constexpr,
                  T: tl.constexpr, DECAY: tl.constexpr, DELTA: tl.constexpr, RAW: tl.constexpr, CD: tl.constexpr):
@@ -253,19 +306,29 @@ def _tile_tokens(base, U, DQ, DK, GC, rla, xq, xk, xv, xla, xbeta, o_ptr, ru, rv
         if DECAY == 2 and t > 0:  # a_t of the later tokens (token 0's is in GC; all checked in _channel_dots)
             G = G * tl.exp(tl.load(xla + t * LS + offs_k, mask=mask_k, other=0.0).to(CD))
         W = tl.where(j == p, 1.0, W)
-        u_t = v_t
-        if DELTA:  # U has no row >= p yet: the read is S_{p-1} decayed by a_p
+        xq_t = tl.load(xq + t * KS + offs_k, mask=mask_k, other=0.0).to(CD) * G
+        cq = _get_row(DQ, tt, t) * W
+        if DELTA:  # U has no row >= p yet: the reads are of S_{p-1} decayed by a_p (NOTE [paired reductions])
             xk_t = tl.load(xk + t * KS + offs_k, mask=mask_k, other=0.0).to(CD) * G
             beta_t = tl.load(xbeta + t * HV).to(CD)
             bad = bad | _nonfinite(beta_t)
-            c = _get_row(DK, tt, t) * W
-            u_t = beta_t * (v_t - _tile_dot(base, xk_t) - tl.sum(c[:, None] * U, 0))
+            ck = _get_row(DK, tt, t) * W
+            if T == 1:
+                bq, bk = _dots2(base, xq_t, xk_t)
+                wq, wk = _dots2(U, cq, ck)
+                u_t = beta_t * (v_t - bk - wk)
+                o_t = bq + wq + tl.sum(tl.where(tt == t, KQ, 0.0)) * u_t
+                U = tl.where((j == p)[:, None], u_t[None, :], U)
+            else:  # the token loop (NOTE [paired reductions])
+                u_t = beta_t * (v_t - _tile_dot(base, xk_t) - tl.sum(ck[:, None] * U, 0))
+                U = tl.where((j == p)[:, None], u_t[None, :], U)
+                o_t = _tile_dot(base, xq_t) + tl.sum(cq[:, None] * U, 0)
             if RAW:
                 tl.store(rv + p * US + cols_v, v_t, mask=mask_v & live)
-        U = tl.where((j == p)[:, None], u_t[None, :], U)
-        xq_t = tl.load(xq + t * KS + offs_k, mask=mask_k, other=0.0).to(CD) * G
-        c = _get_row(DQ, tt, t) * W
-        o_t = _tile_dot(base, xq_t) + tl.sum(c[:, None] * U, 0)
+        else:
+            u_t = v_t
+            U = tl.where((j == p)[:, None], u_t[None, :], U)
+            o_t = _tile_dot(base, xq_t) + tl.sum(cq[:, None] * U, 0)
         tl.store(o_ptr + t * HV * V + cols_v, tl.where(live, o_t, 0.0), mask=mask_v)
         tl.store(ru + p * US + cols_v, u_t, mask=mask_v & live)
     return bad
@@ -353,6 +416,7 @@ def replay_kernel(
     else:
         DQ, DK, bad = _key_dots(rk, xq, xk, count0, j, tt, offs_k, mask_k, bad, KS, T, BT, BL, DELTA, CD)
         GC = 1.0  # unused: scalar and no decay keep their window decay per head (in _tile_tokens)
+    KQ = tl.sum(tl.where(j[None, :] == count0 + tt[:, None], DQ, 0.0), 1)  # k_p . q_t: a token's own record
 
     for i in tl.range(0, ITEMS):
         item = part * ITEMS + i
@@ -395,7 +459,7 @@ def replay_kernel(
             tl.debug_barrier()  # every old record is read before this tile's new records overwrite them
 
             U = _ring(ru, US, j, count0, cols_v, mask_v, CD)
-            bad = _tile_tokens(base, U, DQ, DK, GC, rla, xq, xk, xv, xla, xbeta, out + (b * T * HV + h) * V
+            bad = _tile_tokens(base, U, DQ, DK, KQ, GC, rla, xq, xk, xv, xla, xbeta, out + (b * T * HV + h) * V
                                + vt * BV, ru, rv, count0, j, tt, offs_k, mask_k, cols_v, mask_v, live, bad,
                                KS, US, LS, HV, V, T, DECAY, DELTA, RAW, CD)
 
@@ -438,15 +502,16 @@ def replay_kernel(
 # NOTE [fold unrolling]
 # A flushing row's program folds L records into each of its tiles, one load round trip per record when
 # the loop is not unrolled, and runs several times as long as the others (at batch 256, L = 16, the 1/16
-# of rows that flush added 93 us to GDN's 378 us non-flush step). One-token calls (and materialize) of
-# scalar or no decay unroll the fold by 8, which lets the records' loads overlap: H200, batch 256, L = 16
+# of rows that flush added 93 us to GDN's 378 us non-flush step). One-token calls (and materialize)
+# unroll the fold by 8 (with a read copy only on `vk` tiles), which lets the records' loads overlap: H200, batch 256, L = 16
 # (2026-12-03, tune_replay.py on variants): Mamba-2 step 354 -> 346 us (bf16 copy 339 -> 331, fp8 copy
 # 321 -> 307), GDN 471 -> 448; at the commit that made it the default, against --fold-unroll 1 in the same
-# run (step_check.sh): Mamba-2 350 -> 342, fp8 copy 324 -> 310, GDN 471 -> 447. Everything else keeps 1,
-# slower at 8 in the variants' run: GDN's `kv` tiles with a read copy (bf16 625 -> 651 us, fp8 616 -> 746:
-# the copy's dequantisation and the unrolled fold compete for registers), per-channel decay (KDA 289 -> 305 /
-# 323 / 304 at 2 / 4 / 8: a decay vector per record), and verify calls (T = 4: Mamba-2 770 -> 912 us, GDN
-# 1341 -> 1522).
+# run (step_check.sh): Mamba-2 350 -> 342, fp8 copy 324 -> 310, GDN 471 -> 447. Per-channel decay joined
+# with the closed-form fold (NOTE [closed-form fold]), which multiplies the tile by one decay vector instead
+# of one per record: KDA 311 (unroll 1) -> 284 us, where the in-order fold had lost at 8 (289 -> 304). Everything
+# else keeps 1, slower at 8: GDN's `kv` tiles with a read copy (bf16 625 -> 651 us, fp8 616 -> 746: the copy's
+# dequantisation and the unrolled fold compete for registers), and verify calls (T = 4: Mamba-2 770 -> 912 us,
+# GDN 1341 -> 1522).
 _DECAY_CODE = {"none": 0, "scalar": 1, "channel": 2}
 # programs a grid should have before a unit's tiles are shared by fewer of them (NOTE [key-group programs])
 PROGRAMS = 1024
@@ -532,8 +597,7 @@ def tiling(spec: ReplaySpec, K: int, V: int, rows: int, Hv: int, T: int, block_v
             items = triton.cdiv(items, 2)
     items = max(1, min(items, per_unit))
     if fold_unroll is None:
-        one_token_scalar = T <= 1 and spec.decay != "channel"
-        fold_unroll = 8 if one_token_scalar and (spec.read_format is None or spec.layout == "vk") else 1
+        fold_unroll = 8 if T <= 1 and (spec.read_format is None or spec.layout == "vk") else 1
     return Tiling(BK, BV, triton.next_power_of_2(spec.window), num_warps, cap, units, items,
                   triton.cdiv(per_unit, items), fold_unroll)
 
