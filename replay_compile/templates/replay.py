@@ -133,7 +133,7 @@ def _log_decay(rla, xla, i, n_ring, n_total, LS: tl.constexpr, offs_k, mask_k, D
 def _fold(S, rk, rla, ru, xk, xla, n_ring, n_total, offs_k, mask_k, offs_v, mask_v,
           KS: tl.constexpr, LS: tl.constexpr, US: tl.constexpr, L: tl.constexpr, DECAY: tl.constexpr, CD: tl.constexpr,
           UNROLL: tl.constexpr):
-    """Checkpoint after the records at positions ``< n_total``: ``S <- a_i * S + k_i u_i^T`` in order.
+    """Checkpoint after the records at positions ``< n_total``: that of ``S <- a_i * S + k_i u_i^T`` in order.
 
     Keys and log-decays come from the ring below ``n_ring`` and from this call's inputs above it; the
     corrected updates ``u`` all come from the ring (this program wrote the new ones: see the barrier
