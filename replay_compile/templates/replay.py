@@ -111,22 +111,30 @@ def _record(ring_row, x_row, stride, i, n_ring, n_total, offs, mask, CD: tl.cons
 
 
 @triton.jit
-def _decayed(S, rla, xla, i, n_ring, n_total, LS: tl.constexpr, offs_k, mask_k, DECAY: tl.constexpr, CD: tl.constexpr):
-    """``a_i * S``: the ``[BK, BV]`` tile times record ``i``'s decay (a scalar or one per key channel)."""
-    if DECAY == 1:
-        S = S * tl.exp(_record(rla, xla, LS, i, n_ring, n_total, 0, True, CD))
-    elif DECAY == 2:
-        S = S * tl.exp(_record(rla, xla, LS, i, n_ring, n_total, offs_k, mask_k, CD))[:, None]
-    return S
-
-
-@triton.jit
 def _log_decay(rla, xla, i, n_ring, n_total, LS: tl.constexpr, offs_k, mask_k, DECAY: tl.constexpr, CD: tl.constexpr):
     """Record ``i``'s log-decay (a scalar, or ``[BK]`` per key channel); 0 past ``n_total``."""
     if DECAY == 2:
         return _record(rla, xla, LS, i, n_ring, n_total, offs_k, mask_k, CD)
     else:
         return _record(rla, xla, LS, i, n_ring, n_total, 0, True, CD)
+
+
+@triton.jit
+def _scaled(S, log_a, DECAY: tl.constexpr):
+    """The ``[BK, BV]`` tile times ``exp(log_a)`` (a scalar, or ``[BK]`` along keys); ``S`` itself without decay."""
+    if DECAY == 1:
+        S = S * tl.exp(log_a)
+    elif DECAY == 2:
+        S = S * tl.exp(log_a)[:, None]
+    return S
+
+
+@triton.jit
+def _decayed(S, rla, xla, i, n_ring, n_total, LS: tl.constexpr, offs_k, mask_k, DECAY: tl.constexpr, CD: tl.constexpr):
+    """``a_i * S``: the ``[BK, BV]`` tile times record ``i``'s decay (a scalar or one per key channel)."""
+    if DECAY > 0:
+        S = _scaled(S, _log_decay(rla, xla, i, n_ring, n_total, LS, offs_k, mask_k, DECAY, CD), DECAY)
+    return S
 
 
 @triton.jit
@@ -146,10 +154,7 @@ def _fold(S, rk, rla, ru, xk, xla, n_ring, n_total, offs_k, mask_k, offs_v, mask
         total = _log_decay(rla, xla, 0, n_ring, n_total, LS, offs_k, mask_k, DECAY, CD)
         for i in tl.range(1, L, loop_unroll_factor=UNROLL):
             total += _log_decay(rla, xla, i, n_ring, n_total, LS, offs_k, mask_k, DECAY, CD)
-        if DECAY == 2:
-            S = S * tl.exp(total)[:, None]
-        else:
-            S = S * tl.exp(total)
+        S = _scaled(S, total, DECAY)
     w = tl.full([], 1.0, CD) if DECAY < 2 else tl.full(offs_k.shape, 1.0, CD)
     for r in tl.range(0, L, loop_unroll_factor=UNROLL):
         i = L - 1 - r  # latest record first: its weight is 1, each older one's is the product of the later decays
@@ -308,26 +313,24 @@ def _tile_tokens(base, U, DQ, DK, KQ, GC, rla, xq, xk, xv, xla, xbeta, o_ptr, ru
         W = tl.where(j == p, 1.0, W)
         xq_t = tl.load(xq + t * KS + offs_k, mask=mask_k, other=0.0).to(CD) * G
         cq = _get_row(DQ, tt, t) * W
-        if DELTA:  # U has no row >= p yet: the reads are of S_{p-1} decayed by a_p (NOTE [paired reductions])
+        u_t = v_t
+        if DELTA:  # U has no row >= p yet: the reads are of S_{p-1} decayed by a_p
             xk_t = tl.load(xk + t * KS + offs_k, mask=mask_k, other=0.0).to(CD) * G
             beta_t = tl.load(xbeta + t * HV).to(CD)
             bad = bad | _nonfinite(beta_t)
             ck = _get_row(DK, tt, t) * W
-            if T == 1:
+            if T == 1:  # NOTE [paired reductions]
                 bq, bk = _dots2(base, xq_t, xk_t)
                 wq, wk = _dots2(U, cq, ck)
                 u_t = beta_t * (v_t - bk - wk)
-                o_t = bq + wq + tl.sum(tl.where(tt == t, KQ, 0.0)) * u_t
-                U = tl.where((j == p)[:, None], u_t[None, :], U)
-            else:  # the token loop (NOTE [paired reductions])
+            else:
                 u_t = beta_t * (v_t - _tile_dot(base, xk_t) - tl.sum(ck[:, None] * U, 0))
-                U = tl.where((j == p)[:, None], u_t[None, :], U)
-                o_t = _tile_dot(base, xq_t) + tl.sum(cq[:, None] * U, 0)
             if RAW:
                 tl.store(rv + p * US + cols_v, v_t, mask=mask_v & live)
+        U = tl.where((j == p)[:, None], u_t[None, :], U)
+        if DELTA and T == 1:  # the window's sum was taken before u_t joined it: add the token's own record
+            o_t = bq + wq + tl.sum(tl.where(tt == t, KQ, 0.0)) * u_t
         else:
-            u_t = v_t
-            U = tl.where((j == p)[:, None], u_t[None, :], U)
             o_t = _tile_dot(base, xq_t) + tl.sum(cq[:, None] * U, 0)
         tl.store(o_ptr + t * HV * V + cols_v, tl.where(live, o_t, 0.0), mask=mask_v)
         tl.store(ru + p * US + cols_v, u_t, mask=mask_v & live)
