@@ -66,6 +66,14 @@ One-token calls only: in the token loop of a verify the pairs made GDN's T = 8 9
 3305 us, more spills), where the one-token GDN step went 447.6 -> 435.2 us (1.19 -> 1.23x the standard
 kernel; non-flush 399.6 -> 361.7 us) with the closed-form fold beside it (2026-12-03, batch 256, L = 16).
 
+# NOTE [fold decay in one load]
+The closed-form fold needs ``A``, the sum of the n log-decays, before its first record. Scalar decay loads all
+``BL`` of them as one ``[BL]`` vector and sums it (no order to keep); the loop of one load per record had run
+un-unrolled in verify calls. H200, batch 256, L = 16 (2026-12-04, variants.sh, against main in the same run):
+verify T = 8 Mamba-2 1591 -> 1514 us, GDN 3104 -> 2986; one-token steps within noise (Mamba-2 347.6 / 349.2,
+GDN 435.2 / 438.6). Per-channel decay keeps the loop: the same load as ``[BL, BK]`` spilled (sm_90 KDA step
+108 -> 264 bytes) and made KDA's step 279.8 -> 312.2 us (verify T = 8 1577 -> 1553).
+
 # NOTE [window weights without differences]
 The decay from record ``i`` to position ``p`` is ``exp(sum_{i<j<=p} log_a_j)``: a reverse cumulative
 sum of the log-decays shifted by one position (gathered a second time at ``j + 1``), never a difference
@@ -139,8 +147,8 @@ def _decayed(S, rla, xla, i, n_ring, n_total, LS: tl.constexpr, offs_k, mask_k, 
 
 @triton.jit
 def _fold(S, rk, rla, ru, xk, xla, n_ring, n_total, offs_k, mask_k, offs_v, mask_v,
-          KS: tl.constexpr, LS: tl.constexpr, US: tl.constexpr, L: tl.constexpr, DECAY: tl.constexpr, CD: tl.constexpr,
-          UNROLL: tl.constexpr):
+          KS: tl.constexpr, LS: tl.constexpr, US: tl.constexpr, L: tl.constexpr, BL: tl.constexpr,
+          DECAY: tl.constexpr, CD: tl.constexpr, UNROLL: tl.constexpr):
     """Checkpoint after the records at positions ``< n_total``: that of ``S <- a_i * S + k_i u_i^T`` in order.
 
     Keys and log-decays come from the ring below ``n_ring`` and from this call's inputs above it; the
@@ -150,7 +158,9 @@ def _fold(S, rk, rla, ru, xk, xla, n_ring, n_total, offs_k, mask_k, offs_v, mask
     ``UNROLL`` records per loop iteration (NOTE [fold unrolling]). NOTE [closed-form fold]: the tile is
     scaled once and each record adds ``(w_i k_i) u_i^T``.
     """
-    if DECAY > 0:
+    if DECAY == 1:  # NOTE [fold decay in one load]
+        S = _scaled(S, tl.sum(_record(rla, xla, LS, tl.arange(0, BL), n_ring, n_total, 0, True, CD), 0), DECAY)
+    elif DECAY == 2:
         total = _log_decay(rla, xla, 0, n_ring, n_total, LS, offs_k, mask_k, DECAY, CD)
         for i in tl.range(1, L, loop_unroll_factor=UNROLL):
             total += _log_decay(rla, xla, i, n_ring, n_total, LS, offs_k, mask_k, DECAY, CD)
@@ -457,7 +467,7 @@ def replay_kernel(
                     base = _fold_raw(base, rk, rla, rv, rbeta, xk, xla, xv, xbeta, c, 0, offs_k, mask_k, cols_v,
                                      mask_v, KS, LS, US, HV, L, DECAY, CD, FOLD_UNROLL)
                 else:
-                    base = _fold(base, rk, rla, ru, xk, xla, c, c, offs_k, mask_k, cols_v, mask_v, KS, LS, US, L,
+                    base = _fold(base, rk, rla, ru, xk, xla, c, c, offs_k, mask_k, cols_v, mask_v, KS, LS, US, L, BL,
                                  DECAY, CD, FOLD_UNROLL)
             tl.debug_barrier()  # every old record is read before this tile's new records overwrite them
 
@@ -474,7 +484,7 @@ def replay_kernel(
                                     cols_v, mask_v, KS, LS, US, HV, L, DECAY, CD, FOLD_UNROLL)
                 else:
                     new = _fold(base, rk, rla, ru, xk, xla, count0, count0 + T, offs_k, mask_k, cols_v, mask_v,
-                                KS, LS, US, L, DECAY, CD, FOLD_UNROLL)
+                                KS, LS, US, L, BL, DECAY, CD, FOLD_UNROLL)
             if flush:
                 if SR:
                     if LAYOUT_KV:
