@@ -23,7 +23,7 @@ else
   TAIL=6 part tests 120 python3 -m pytest -m gpu tests/test_kernels.py -q -x -p no:cacheprovider
   TAIL=14 part spec 80 python3 -m replay_compile.cli bench spec --T 4,8 --batch 256 --acceptance 0.8,text --steps 8 \
     --out "$OUT/spec_b256.json"
-  TAIL=8 part soak_gpu 75 python3 -m pytest -m gpu -q -s -p no:cacheprovider tests/test_soak.py -k soak_gpu
+  TAIL=8 part soak_gpu 100 python3 -m pytest -m gpu -q -s -p no:cacheprovider tests/test_soak.py -k soak_gpu
   TAIL=8 part spec_example_gpu 75 python3 -m pytest -m gpu -q -s -p no:cacheprovider tests/test_speculative_example.py
 fi
 echo total $SECONDS
