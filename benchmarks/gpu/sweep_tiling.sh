@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Replay tiling sweep around the defaults at batch 256 (~9.5 min on a fresh H200: its parts are boxed to 560 s): all three families, fp32 checkpoint
-# and fp8 copy, warps x register cap for steps, caps for verify, the window L, read copies in wider value tiles, and
-# GDN/KDA in the other layout.
+# Replay tiling sweep around the defaults at batch 256 (~9.5 min on a fresh H200: its parts are boxed to 560 s): all
+# three families, fp32 checkpoint and fp8 copy, warps x register cap for steps, caps for verify, the window L, read
+# copies in wider and in smaller value tiles, and GDN/KDA in the other layout.
 # The defaults (NOTE [register cap] in templates/replay.py) came from this sweep's first run (2026-12-03, seventh
 # session, BENCHMARKS.md): 2 warps beat 1, 4 and 8 everywhere; the best cap was 168 for one-token kv tiles (GDN,
 # KDA), 128 for vk tiles (Mamba-2) and for verify; L = 8 was the fastest of 8, 16, 32 (L = 4 was first added by
