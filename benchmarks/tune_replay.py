@@ -38,6 +38,7 @@ def main(argv=None) -> int:
     p.add_argument("--items", type=comma_list(int), default=[0], help="(head, value tile) pairs a program serves")
     p.add_argument("--fold-unroll", type=comma_list(int), default=[0], help="records per flush-fold iteration")
     p.add_argument("--verify", type=comma_list(int), default=[])
+    p.add_argument("--verify-read", default="none", help="read copy of the verify rows' state (none, bf16, fp8, fp4)")
     p.add_argument("--layout", choices=("kv", "vk"), help="state layout instead of the model's (e.g. GDN with keys "
                    "contiguous, as vLLM stores it)")
     p.add_argument("--no-steps", action="store_true", help="time only the standard step and the verify rows")
@@ -85,7 +86,7 @@ def main(argv=None) -> int:
         for T, bv, nw, mr in itertools.product(args.verify, args.block_v, args.warps, args.maxnreg):
             L = 16 + T
             xv = draw_inputs(shape, B, T, "cuda", seed=B + T)
-            rs = staggered_replay_state(shape, B, L, "cuda", tokens=T)
+            rs = staggered_replay_state(shape, B, L, "cuda", args.verify_read, tokens=T)
             n_all = torch.full((B,), T, dtype=torch.int64, device="cuda")
             out = torch.empty(B, T, rs.num_heads, rs.head_v, device="cuda")
             kw = {k: val for k, val in (("block_v", bv), ("num_warps", nw), ("max_registers", mr)) if val}
@@ -97,9 +98,10 @@ def main(argv=None) -> int:
             except Exception as e:  # noqa: BLE001
                 print(f"  verify T={T} bv={bv} nw={nw} mr={mr}: {type(e).__name__}: {str(e)[:150]}")
                 continue
-            rows.append(dict(shape=name, layout=shape.layout, batch=B, kind="verify", T=T, block_v=bv, warps=nw,
-                             maxnreg=mr, us=us, vs_std=us / std_us))
-            print(f"  verify T={T} bv={bv} nw={nw} mr={mr}: {us:.1f} us = {us / std_us:.2f}x std step", flush=True)
+            rows.append(dict(shape=name, layout=shape.layout, batch=B, kind="verify", T=T, read=args.verify_read,
+                             block_v=bv, warps=nw, maxnreg=mr, us=us, vs_std=us / std_us))
+            print(f"  verify T={T} {args.verify_read} bv={bv} nw={nw} mr={mr}: {us:.1f} us = {us / std_us:.2f}x std step",
+                  flush=True)
             del rs
         with open(args.out, "w") as f:
             json.dump(dict(copy_gbps=bw, rows=rows), f, indent=1)
