@@ -159,7 +159,8 @@ def _fold(S, rk, rla, ru, xk, xla, n_ring, n_total, offs_k, mask_k, offs_v, mask
     scaled once and each record adds ``(w_i k_i) u_i^T``.
     """
     if DECAY == 1:  # NOTE [fold decay in one load]
-        S = _scaled(S, tl.sum(_record(rla, xla, LS, tl.arange(0, BL), n_ring, n_total, 0, True, CD), 0), DECAY)
+        every = tl.arange(0, BL)
+        S = _scaled(S, tl.sum(_log_decay(rla, xla, every, n_ring, n_total, LS, offs_k, mask_k, DECAY, CD), 0), DECAY)
     elif DECAY == 2:
         total = _log_decay(rla, xla, 0, n_ring, n_total, LS, offs_k, mask_k, DECAY, CD)
         for i in tl.range(1, L, loop_unroll_factor=UNROLL):
