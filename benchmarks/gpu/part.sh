@@ -23,3 +23,17 @@ gpu_setup() {
   OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"; PART_LOG="$OUT/$1"
   python3 -m pip install --no-build-isolation --no-deps -e . -q 2>&1 | grep -v WARN | tail -2
 }
+
+# `patched_copy DIR PATCH FOLDER...`: the repository's FOLDERs copied into DIR with the parts of PATCH under them
+# applied (returns 1 if it does not apply); `imports_from DIR` checks that Python imports replay_compile from there.
+# Run the copy as `env PYTHONPATH=DIR python3 -P ...`: "python3 -m" alone puts the repository's package first.
+patched_copy() {
+  local dir=$1 patch; patch=$(realpath "$2"); shift 2
+  local include=() folder
+  for folder in "$@"; do include+=("--include=$folder/*"); done
+  rm -rf "$dir"; mkdir -p "$dir"; cp -r "$@" "$dir/"
+  (cd "$dir" && git apply "${include[@]}" "$patch")
+}
+imports_from() {
+  env PYTHONPATH="$1" python3 -P -c "import replay_compile as r; assert r.__file__.startswith('$1'), r.__file__"
+}

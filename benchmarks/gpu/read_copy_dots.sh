@@ -15,9 +15,8 @@ set -u
 source "$(dirname "$0")/part.sh"
 gpu_setup copy_dots_log.txt
 dir=/tmp/variant_read_copy_dots
-rm -rf "$dir"; mkdir -p "$dir"; cp -r replay_compile tests "$dir/"
-(cd "$dir" && git apply "$OLDPWD/${PATCH:-benchmarks/experiments/2026-12-04_read_copy_dots.patch}") || exit 1
-env PYTHONPATH="$dir" python3 -P -c "import replay_compile as r; assert r.__file__.startswith('$dir'), r.__file__"
+patched_copy "$dir" "${PATCH:-benchmarks/experiments/2026-12-04_read_copy_dots.patch}" replay_compile tests || exit 1
+imports_from "$dir"
 TAIL=6 part tests 220 env PYTHONPATH="$dir" python3 -P -m pytest -m gpu -q -x -p no:cacheprovider \
   "$dir/tests/test_read_copy_dots.py" "$dir/tests/test_kernels.py" -k "read_cop or cuda_graph"
 read -r -a VERIFY_ARGS <<< "${VERIFY:-}"

@@ -12,10 +12,9 @@ read -r -a TUNE_ARGS <<< "${TUNE:---read none,fp8 --verify 4,8}"
 TAIL=16 part main "${BOX:-150}" python3 benchmarks/tune_replay.py "${TUNE_ARGS[@]}" --out "$OUT/variant_main.json"
 for patch in "$@"; do
   name=$(basename "$patch" .patch); dir=/tmp/variant_$name
-  rm -rf "$dir"; mkdir -p "$dir"; cp -r replay_compile "$dir/"
-  if ! (cd "$dir" && git apply --include='replay_compile/*' "$OLDPWD/$patch"); then echo "$name: does not apply"; continue; fi
+  if ! patched_copy "$dir" "$patch" replay_compile; then echo "$name: does not apply"; continue; fi
   if [ -n "${TESTS:-}" ]; then  # -P: "python3 -m" would put the repository (main's package) before PYTHONPATH
-    env PYTHONPATH="$dir" python3 -P -c "import replay_compile as r; assert r.__file__.startswith('$dir'), r.__file__"
+    imports_from "$dir"
     TAIL=4 part "tests_$name" 200 env PYTHONPATH="$dir" python3 -P -m pytest -m gpu tests/test_kernels.py -q -x \
       -p no:cacheprovider
   fi
