@@ -37,6 +37,8 @@ def main(argv=None) -> int:
     p.add_argument("--maxnreg", type=comma_list(int), default=[0])
     p.add_argument("--items", type=comma_list(int), default=[0], help="(head, value tile) pairs a program serves")
     p.add_argument("--fold-unroll", type=comma_list(int), default=[0], help="records per flush-fold iteration")
+    p.add_argument("--stages", type=comma_list(int), default=[-1], help="non-flush rows' loop: -1 the default, 0 one "
+                   "loop for all rows, s > 0 a loop of their own pipelined over s stages (NOTE [two row loops])")
     p.add_argument("--verify", type=comma_list(int), default=[])
     p.add_argument("--verify-read", default="none", help="read copy of the verify rows' state (none, bf16, fp8, fp4)")
     p.add_argument("--layout", choices=("kv", "vk"), help="state layout instead of the model's (e.g. GDN with keys "
@@ -58,13 +60,15 @@ def main(argv=None) -> int:
         print(f"{name} ({shape.layout}) B={B} standard {std_us:.1f} us {std_bytes / std_us / 1e3 / bw:.0%} bw")
         rows.append(dict(shape=name, layout=shape.layout, batch=B, kind="standard", us=std_us))
         xt = type(x)(*(None if f is None else f[:, None] for f in x))
-        for read, L, bv, nw, mr, it, fu in itertools.product([] if args.no_steps else args.read, args.window,
-                                                              args.block_v, args.warps, args.maxnreg, args.items,
-                                                              args.fold_unroll):
+        for read, L, bv, nw, mr, it, fu, st in itertools.product([] if args.no_steps else args.read, args.window,
+                                                                  args.block_v, args.warps, args.maxnreg, args.items,
+                                                                  args.fold_unroll, args.stages):
             rs = staggered_replay_state(shape, B, L, "cuda", read)
             out = torch.empty(B, 1, rs.num_heads, rs.head_v, device="cuda")
             kw = {k: val for k, val in (("block_v", bv), ("num_warps", nw), ("max_registers", mr), ("items", it),
                                         ("fold_unroll", fu)) if val}
+            if st >= 0:
+                kw["nonflush_stages"] = st
             try:
                 step_us, _ = timer(lambda: triton_impl.advance_into(rs, xt, None, out, commit=True, force_flush=False, **kw))
                 nf_us, _ = timer(lambda: triton_impl.advance_into(rs, xt, None, out, commit=False, force_flush=False, **kw))
@@ -75,12 +79,12 @@ def main(argv=None) -> int:
             step_bytes = replay_step_bytes(shape, fam, B, L, read_b, rs.raw_fold, x)
             nf_bytes = B * ((read_b or state_bytes(shape)) + record_bytes(shape, fam, rs.raw_fold) * (L - 1) / 2) + io_bytes(x)
             r = dict(shape=name, layout=shape.layout, batch=B, kind="replay", read=read, L=L, block_v=bv, warps=nw,
-                     maxnreg=mr, items=it, fold_unroll=fu,
+                     maxnreg=mr, items=it, fold_unroll=fu, stages=st,
                      step_us=step_us,
                      nf_us=nf_us, step_bw=step_bytes / step_us / 1e3 / bw, nf_bw=nf_bytes / nf_us / 1e3 / bw,
                      speedup=std_us / step_us)
             rows.append(r)
-            print(f"  {read:5s} L={L:2d} bv={bv:3d} nw={nw} mr={mr} it={it} fu={fu}: step {step_us:7.1f} us ({r['step_bw']:.0%} bw, "
+            print(f"  {read:5s} L={L:2d} bv={bv:3d} nw={nw} mr={mr} it={it} fu={fu} st={st}: step {step_us:7.1f} us ({r['step_bw']:.0%} bw, "
                   f"{r['speedup']:.2f}x std)  non-flush {nf_us:7.1f} us ({r['nf_bw']:.0%} bw)", flush=True)
             del rs
         for T, bv, nw, mr in itertools.product(args.verify, args.block_v, args.warps, args.maxnreg):

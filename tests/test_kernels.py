@@ -406,6 +406,41 @@ def test_fold_unrolling_rule_and_override(replay_launches):
         assert replay_launches[-1]["FOLD_UNROLL"] == want, (kw, replay_launches[-1]["FOLD_UNROLL"])
 
 
+def test_two_row_loops_rule_and_override(replay_launches):
+    """One-token ``kv`` calls without a read copy give non-flush rows a loop of their own, pipelined under
+    per-channel decay; an explicit ``nonflush_stages`` reaches the launch (NOTE [two row loops])."""
+    from replay_compile.templates import replay
+
+    spec = replay.ReplaySpec(decay="scalar", delta=True, raw=False, layout="kv", window=16, k_heads=2,
+                             read_format=None, stochastic_rounding=False, seed=0)
+    stages = lambda T, **kw: replay.tiling(dataclasses.replace(spec, **kw), 128, 128, 256, 8, T).nonflush_stages
+    assert stages(1) == 1 and stages(1, decay="channel") == 2 and stages(1, decay="none") == 1
+    assert stages(4) == 0 and stages(1, layout="vk") == 0 and stages(1, read_format="fp8") == 0
+    p = Pair("gated_deltanet", B=2, H=2, Hk=1, K=4, V=3, L=4, generator=torch.Generator().manual_seed(5))
+    for kw, want in ((dict(), (True, 1)), (dict(nonflush_stages=0), (False, 1)), (dict(nonflush_stages=3), (True, 3))):
+        out = torch.empty(2, 1, 2, 3, device=DEVICE)
+        triton_impl.advance_into(p.tri, p.inputs(2, T=1), None, out, commit=True, force_flush=False, **kw)
+        got = (replay_launches[-1]["SPLIT"], replay_launches[-1]["STAGES"])
+        assert got == want, (kw, got)
+
+
+@pytest.mark.parametrize("family,layout,read,stages", [("gated_deltanet", "kv", None, 0), ("kda", "kv", "bf16", 2),
+                                                       ("mamba2", "vk", "fp8", 1), ("deltanet", "vk", None, 2)])
+def test_two_row_loops_forced_either_way(family, layout, read, stages):
+    """Every call (verify too) with one loop for all rows (0) or non-flush rows looping apart (1, 2: the
+    interpreter ignores ``num_stages``), across flushes, padding, read copies and a unit's last program with
+    masked pairs (value tiles of 2 over V = 3, 3 pairs a program: NOTE [two row loops])."""
+    g = torch.Generator().manual_seed(50 + FAMILIES.index(family))
+    p = Pair(family, B=3, H=2, Hk=1, K=4, V=3, L=3, layout=layout, read=read, generator=g,
+             tiling=dict(block_v=2, items=3, nonflush_stages=stages))
+    slots = torch.tensor([2, -1, 0, 1], device=DEVICE)
+    for T in (1, 1, 2, 1, 1, 3, 1):
+        if T == 1:
+            p.step(slots=slots)
+        else:
+            p.verify_commit(T=T, slots=slots)
+
+
 def test_exact_zero_decays_in_verify():
     """A draft token or committed record with log_a = -inf inside a multi-token call: weight 0, never NaN."""
     g = torch.Generator().manual_seed(17)

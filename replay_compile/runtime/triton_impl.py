@@ -41,7 +41,7 @@ def _slots(slots: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
 def advance_into(rs, x: Canonical, slots, out: torch.Tensor, *, commit: bool, force_flush: bool,
                  block_v: Optional[int] = None, num_warps: Optional[int] = None,
                  max_registers: Optional[int] = None, items: Optional[int] = None,
-                 fold_unroll: Optional[int] = None) -> torch.Tensor:
+                 fold_unroll: Optional[int] = None, nonflush_stages: Optional[int] = None) -> torch.Tensor:
     """:func:`advance` writing into ``out [B, T, Hv, V]`` (contiguous, compute dtype); the keywords override
     ``templates.replay.tiling`` (tuning tools and tests)."""
     B, T = x.q.shape[:2]
@@ -49,7 +49,7 @@ def advance_into(rs, x: Canonical, slots, out: torch.Tensor, *, commit: bool, fo
         raise ValueError(f"out must be a contiguous {rs.compute_dtype} tensor [{B}, {T}, {rs.num_heads}, {rs.head_v}]")
     replay.launch(_buffers(rs), _spec(rs), x, _slots(slots), out, commit=commit, force_flush=force_flush,
                   materialize=False, block_v=block_v, num_warps=num_warps, max_registers=max_registers,
-                  items=items, fold_unroll=fold_unroll)
+                  items=items, fold_unroll=fold_unroll, nonflush_stages=nonflush_stages)
     return out
 
 

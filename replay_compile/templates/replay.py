@@ -74,6 +74,20 @@ verify T = 8 Mamba-2 1591 -> 1514 us, GDN 3104 -> 2986; one-token steps within n
 GDN 435.2 / 438.6). Per-channel decay keeps the loop: the same load as ``[BL, BK]`` spilled (sm_90 KDA step
 108 -> 264 bytes) and made KDA's step 279.8 -> 312.2 us (verify T = 8 1577 -> 1553).
 
+# NOTE [two row loops]
+A one-token call on ``kv`` tiles without a read copy (GDN, KDA steps) runs its (head, value tile) pairs in one
+of two loops, picked per row: rows that flush take the loop with the folds and the barriers they need, the
+others a loop without them. Triton's software pipeliner skips a loop that holds a barrier, so only the second
+can prefetch the next pair's tile into shared memory (cp.async, ``num_stages``); per-channel decay does (2
+stages), scalar decay does not (1). Where a unit's last program has fewer pairs than ``ITEMS``, the
+non-flush loop repeats its last pair instead of branching around the missing ones (a branch would keep
+the loads from being pipelined; the repeat writes the same outputs and records again). H200, batch 256,
+L = 16 (2026-12-04, ``benchmarks/gpu/item_stages.sh``, one loop -> two loops / two loops and 2 stages), step
+(non-flush) us: GDN 437.6 (357.3) -> **399.6 (349.6)** / 417.0 (343.4); KDA 279.8 (214.3) -> 268.2 (201.3) /
+**259.3 (205.4)**. Everything else keeps one loop, which the split made slower: Mamba-2 (``vk``) 345.1 -> 406.5
+(flush path 448 bytes spilled in the sm_90 compile), read copies (GDN fp8 612 -> 746), verify T = 8 (GDN
+2996 -> 4497).
+
 # NOTE [window weights without differences]
 The decay from record ``i`` to position ``p`` is ``exp(sum_{i<j<=p} log_a_j)``: a reverse cumulative
 sum of the log-decays shifted by one position (gathered a second time at ``j + 1``), never a difference
@@ -386,7 +400,8 @@ def replay_kernel(
     DECAY: tl.constexpr, DELTA: tl.constexpr, RAW: tl.constexpr, READ: tl.constexpr, LAYOUT_KV: tl.constexpr,
     COMMIT: tl.constexpr, FORCE: tl.constexpr, MATERIALIZE: tl.constexpr, HAS_SLOTS: tl.constexpr,
     SR: tl.constexpr, SR_MANT: tl.constexpr, SR_EMIN: tl.constexpr, CD: tl.constexpr,
-    BHV: tl.constexpr, BHK: tl.constexpr, FOLD_UNROLL: tl.constexpr,
+    BHV: tl.constexpr, BHK: tl.constexpr, FOLD_UNROLL: tl.constexpr, SPLIT: tl.constexpr,
+    STAGES: tl.constexpr,
 ):
     """Row ``b``, ``unit`` (a key group; a value head under per-channel decay), pairs ``[part * ITEMS,
     (part + 1) * ITEMS)`` of the unit's (value head, value tile) pairs, of a replay call over ``T`` tokens.
@@ -432,75 +447,86 @@ def replay_kernel(
         GC = 1.0  # unused: scalar and no decay keep their window decay per head (in _tile_tokens)
     KQ = tl.sum(tl.where(j[None, :] == count0 + tt[:, None], DQ, 0.0), 1)  # k_p . q_t: a token's own record
 
-    for i in tl.range(0, ITEMS):
-        item = part * ITEMS + i
-        if item < HEADS * NVT:
-            h = h0 + item // NVT
-            vt = item % NVT
-            offs_v = vt * BV + cols_v
-            mask_v = offs_v < V
-            mask_kv = mask_k[:, None] & mask_v[None, :]
-            head = slot * HV + h
-            s_head = state + slot * stride_sn + h * stride_sh
-            s_tile = s_head + offs_k[:, None] * stride_sk + offs_v[None, :] * stride_sv
-            rla = ring_la + slot * L * LS + h * LW
-            ru = ring_u + slot * L * US + h * V + vt * BV
-            rv = ring_v + slot * L * US + h * V + vt * BV
-            rbeta = ring_beta + slot * L * HV + h
-            xv = v + b * T * US + h * V + vt * BV
-            xla = log_a + b * T * LS + h * LW
-            xbeta = beta + b * T * HV + h
+    # NOTE [two row loops]: loop 1 serves the rows that flush (every row without SPLIT), loop 0 the others
+    for loop in tl.static_range(1 - SPLIT, 2):
+        if (flush == (loop == 1)) | (SPLIT == 0):
+            for i in tl.range(0, ITEMS, num_stages=1 if loop == 1 else STAGES):
+                item = part * ITEMS + i
+                if loop == 1:
+                    todo = item < HEADS * NVT  # the unit's last program may have fewer pairs than ITEMS
+                else:  # no branch, so the loads stay pipelinable: a repeated pair rewrites the values it wrote
+                    item = tl.minimum(item, HEADS * NVT - 1)
+                    todo = True
+                if todo:
+                    h = h0 + item // NVT
+                    vt = item % NVT
+                    offs_v = vt * BV + cols_v
+                    mask_v = offs_v < V
+                    mask_kv = mask_k[:, None] & mask_v[None, :]
+                    head = slot * HV + h
+                    s_head = state + slot * stride_sn + h * stride_sh
+                    s_tile = s_head + offs_k[:, None] * stride_sk + offs_v[None, :] * stride_sv
+                    rla = ring_la + slot * L * LS + h * LW
+                    ru = ring_u + slot * L * US + h * V + vt * BV
+                    rv = ring_v + slot * L * US + h * V + vt * BV
+                    rbeta = ring_beta + slot * L * HV + h
+                    xv = v + b * T * US + h * V + vt * BV
+                    xla = log_a + b * T * LS + h * LW
+                    xbeta = beta + b * T * HV + h
 
-            # The tile's address does not depend on the row's count, so its load is in flight with the
-            # window's. Window records are loaded only below the count: ~(L-1)/2 of L on average (unmasked
-            # ring loads, tried on 2026-12-02, moved the Mamba-2 non-flush path from 363 to 491 us on the H200).
-            if READ > 0:  # one tile live at a time: non-flush rows keep the copy, flush rows swap in the exact tile
-                base = load_read_tile(read_data, read_row_scale, read_block_scale, head, offs_k, offs_v, mask_kv,
-                                      True, K, V, BK, BV, READ, CD)
-                if flush:  # the plain load: a key-chunk tile here would meet the copy's layout (NOTE [tile layout])
-                    base = tl.load(s_tile, mask=mask_kv, other=0.0).to(CD)
-            else:
-                base = _load_tile(s_tile, mask_kv, s_head, offs_v, mask_v, stride_sk, stride_sv, K, BK, BV, LAYOUT_KV,
-                                  CD)
-
-            if pre:  # fold the committed records first (their ring positions are about to be reused)
-                if RAW:
-                    base = _fold_raw(base, rk, rla, rv, rbeta, xk, xla, xv, xbeta, c, 0, offs_k, mask_k, cols_v,
-                                     mask_v, KS, LS, US, HV, L, DECAY, CD, FOLD_UNROLL)
-                else:
-                    base = _fold(base, rk, rla, ru, xk, xla, c, c, offs_k, mask_k, cols_v, mask_v, KS, LS, US, L, BL,
-                                 DECAY, CD, FOLD_UNROLL)
-            tl.debug_barrier()  # every old record is read before this tile's new records overwrite them
-
-            U = _ring(ru, US, j, count0, cols_v, mask_v, CD)
-            bad = _tile_tokens(base, U, DQ, DK, KQ, GC, rla, xq, xk, xv, xla, xbeta, out + (b * T * HV + h) * V
-                               + vt * BV, ru, rv, count0, j, tt, offs_k, mask_k, cols_v, mask_v, live, bad,
-                               KS, US, LS, HV, V, T, DECAY, DELTA, RAW, CD)
-
-            tl.debug_barrier()  # the new u records written above are visible to every thread of the fold
-            new = base
-            if post:  # post rows read the exact checkpoint: base is exact
-                if RAW:
-                    new = _fold_raw(base, rk, rla, rv, rbeta, xk, xla, xv, xbeta, count0, T, offs_k, mask_k,
-                                    cols_v, mask_v, KS, LS, US, HV, L, DECAY, CD, FOLD_UNROLL)
-                else:
-                    new = _fold(base, rk, rla, ru, xk, xla, count0, count0 + T, offs_k, mask_k, cols_v, mask_v,
-                                KS, LS, US, L, BL, DECAY, CD, FOLD_UNROLL)
-            if flush:
-                if SR:
-                    if LAYOUT_KV:
-                        phys = offs_k[:, None] * V + offs_v[None, :]
+                    # The tile's address does not depend on the row's count, so its load is in flight with the
+                    # window's. Window records are loaded only below the count: ~(L-1)/2 of L on average (unmasked
+                    # ring loads, tried on 2026-12-02, moved the Mamba-2 non-flush path from 363 to 491 us on the H200).
+                    if READ > 0:  # one tile live at a time: non-flush rows keep the copy, flush rows swap in the exact tile
+                        base = load_read_tile(read_data, read_row_scale, read_block_scale, head, offs_k, offs_v, mask_kv,
+                                              (loop == 0) | (SPLIT == 0), K, V, BK, BV, READ, CD)
+                        if loop == 1:
+                            if flush:  # the plain load: a key-chunk tile would meet the copy's layout
+                                base = tl.load(s_tile, mask=mask_kv, other=0.0).to(CD)
                     else:
-                        phys = offs_v[None, :] * K + offs_k[:, None]
-                    seed_row = slot_seed(seed, slot, tl.load(flushes + slot))
-                    stored = stochastic_round(new.to(tl.float32), seed_row, (h * K * V + phys).to(tl.int32),
-                                              SR_MANT, SR_EMIN)
-                else:
-                    stored = new.to(state.dtype.element_ty).to(CD)
-                tl.store(s_tile, stored.to(state.dtype.element_ty), mask=mask_kv)
-                if READ > 0:
-                    store_read_tile(stored.to(tl.float32), read_data, read_row_scale, read_block_scale, head, offs_k,
-                                    offs_v, mask_kv, flush, K, V, BK, BV, READ)
+                        base = _load_tile(s_tile, mask_kv, s_head, offs_v, mask_v, stride_sk, stride_sv, K, BK, BV,
+                                          LAYOUT_KV, CD)
+
+                    if loop == 1:
+                        if pre:  # fold the committed records first (their ring positions are about to be reused)
+                            if RAW:
+                                base = _fold_raw(base, rk, rla, rv, rbeta, xk, xla, xv, xbeta, c, 0, offs_k, mask_k, cols_v,
+                                                 mask_v, KS, LS, US, HV, L, DECAY, CD, FOLD_UNROLL)
+                            else:
+                                base = _fold(base, rk, rla, ru, xk, xla, c, c, offs_k, mask_k, cols_v, mask_v, KS, LS, US, L, BL,
+                                             DECAY, CD, FOLD_UNROLL)
+                        tl.debug_barrier()  # every old record is read before this tile's new records overwrite them
+
+                    U = _ring(ru, US, j, count0, cols_v, mask_v, CD)
+                    bad = _tile_tokens(base, U, DQ, DK, KQ, GC, rla, xq, xk, xv, xla, xbeta, out + (b * T * HV + h) * V
+                                       + vt * BV, ru, rv, count0, j, tt, offs_k, mask_k, cols_v, mask_v, live, bad,
+                                       KS, US, LS, HV, V, T, DECAY, DELTA, RAW, CD)
+
+                    if loop == 1:
+                        tl.debug_barrier()  # the new u records written above are visible to every thread of the fold
+                        new = base
+                        if post:  # post rows read the exact checkpoint: base is exact
+                            if RAW:
+                                new = _fold_raw(base, rk, rla, rv, rbeta, xk, xla, xv, xbeta, count0, T, offs_k, mask_k,
+                                                cols_v, mask_v, KS, LS, US, HV, L, DECAY, CD, FOLD_UNROLL)
+                            else:
+                                new = _fold(base, rk, rla, ru, xk, xla, count0, count0 + T, offs_k, mask_k, cols_v, mask_v,
+                                            KS, LS, US, L, BL, DECAY, CD, FOLD_UNROLL)
+                        if flush:
+                            if SR:
+                                if LAYOUT_KV:
+                                    phys = offs_k[:, None] * V + offs_v[None, :]
+                                else:
+                                    phys = offs_v[None, :] * K + offs_k[:, None]
+                                seed_row = slot_seed(seed, slot, tl.load(flushes + slot))
+                                stored = stochastic_round(new.to(tl.float32), seed_row, (h * K * V + phys).to(tl.int32),
+                                                          SR_MANT, SR_EMIN)
+                            else:
+                                stored = new.to(state.dtype.element_ty).to(CD)
+                            tl.store(s_tile, stored.to(state.dtype.element_ty), mask=mask_kv)
+                            if READ > 0:
+                                store_read_tile(stored.to(tl.float32), read_data, read_row_scale, read_block_scale, head, offs_k,
+                                                offs_v, mask_kv, flush, K, V, BK, BV, READ)
     tl.store(nonfinite + slot, tl.full([], 1, tl.uint8), mask=bad & live)
     if live:
         # NOTE [the last program moves the cursors]
@@ -575,10 +601,12 @@ class Tiling(NamedTuple):
     items: int   # (value head, value tile) pairs a program serves
     parts: int   # programs per unit
     fold_unroll: int  # records per iteration of a flush fold (NOTE [fold unrolling])
+    nonflush_stages: int  # 0: one loop serves every row; s > 0: non-flush rows loop apart, num_stages=s (NOTE [two row loops])
 
 
 def tiling(spec: ReplaySpec, K: int, V: int, rows: int, Hv: int, T: int, block_v: Optional[int] = None,
-           items: Optional[int] = None, fold_unroll: Optional[int] = None) -> Tiling:
+           items: Optional[int] = None, fold_unroll: Optional[int] = None,
+           nonflush_stages: Optional[int] = None) -> Tiling:
     """How a call of ``T`` tokens over ``rows`` rows is cut into programs (:class:`Tiling`).
 
     Value tiles of ~4K elements, halved while the grid would leave SMs idle; every tile holds all keys,
@@ -612,14 +640,17 @@ def tiling(spec: ReplaySpec, K: int, V: int, rows: int, Hv: int, T: int, block_v
     items = max(1, min(items, per_unit))
     if fold_unroll is None:
         fold_unroll = 8 if T <= 1 and (spec.read_format is None or spec.layout == "vk") else 1
+    if nonflush_stages is None:  # NOTE [two row loops]
+        split = T <= 1 and spec.layout == "kv" and spec.read_format is None
+        nonflush_stages = (2 if spec.decay == "channel" else 1) if split else 0
     return Tiling(BK, BV, triton.next_power_of_2(spec.window), num_warps, cap, units, items,
-                  triton.cdiv(per_unit, items), fold_unroll)
+                  triton.cdiv(per_unit, items), fold_unroll, nonflush_stages)
 
 
 def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[torch.Tensor], out: Optional[torch.Tensor],
            *, commit: bool, force_flush: bool, materialize: bool, block_v: Optional[int] = None,
            num_warps: Optional[int] = None, max_registers: Optional[int] = None, items: Optional[int] = None,
-           fold_unroll: Optional[int] = None) -> None:
+           fold_unroll: Optional[int] = None, nonflush_stages: Optional[int] = None) -> None:
     """Run one replay call (``x`` inputs ``[B, T, ...]``; ``materialize``: ``x`` is None, no tokens).
 
     One launch of the replay kernel over ``(B, units, parts)`` (:func:`tiling`); the last program of each
@@ -640,7 +671,7 @@ def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[t
     if B == 0:
         return
     cd = torch.float64 if state.dtype == torch.float64 else torch.float32
-    tile = tiling(spec, K, V, B, Hv, T, block_v, items, fold_unroll)
+    tile = tiling(spec, K, V, B, Hv, T, block_v, items, fold_unroll, nonflush_stages)
     if num_warps in (None, tile.num_warps):  # the default cap belongs to the default warps (NOTE [register cap])
         max_registers = max_registers or tile.max_registers
     read = buf.read or {}
@@ -661,6 +692,7 @@ def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[t
         FORCE=force_flush, MATERIALIZE=materialize, HAS_SLOTS=slots is not None, SR=spec.stochastic_rounding,
         SR_MANT=sr_mant, SR_EMIN=sr_emin, CD=tl.float64 if cd == torch.float64 else tl.float32,
         BHV=triton.next_power_of_2(Hv), BHK=triton.next_power_of_2(spec.k_heads), FOLD_UNROLL=tile.fold_unroll,
+        SPLIT=tile.nonflush_stages > 0, STAGES=max(tile.nonflush_stages, 1),
         num_warps=num_warps or tile.num_warps, **flags_extra)
 
 
