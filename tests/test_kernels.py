@@ -407,17 +407,17 @@ def test_fold_unrolling_rule_and_override(replay_launches):
 
 
 def test_two_row_loops_rule_and_override(replay_launches):
-    """One-token ``kv`` calls without a read copy give non-flush rows a loop of their own, pipelined under
-    per-channel decay; an explicit ``nonflush_stages`` reaches the launch (NOTE [two row loops])."""
+    """One-token ``kv`` calls give non-flush rows a loop of their own, pipelined over 2 stages without a read
+    copy; an explicit ``nonflush_stages`` reaches the launch (NOTE [two row loops])."""
     from replay_compile.templates import replay
 
     spec = replay.ReplaySpec(decay="scalar", delta=True, raw=False, layout="kv", window=16, k_heads=2,
                              read_format=None, stochastic_rounding=False, seed=0)
     stages = lambda T, **kw: replay.tiling(dataclasses.replace(spec, **kw), 128, 128, 256, 8, T).nonflush_stages
-    assert stages(1) == 1 and stages(1, decay="channel") == 2 and stages(1, decay="none") == 1
-    assert stages(4) == 0 and stages(1, layout="vk") == 0 and stages(1, read_format="fp8") == 0
+    assert stages(1) == 2 and stages(1, decay="channel") == 2 and stages(1, read_format="fp8") == 1
+    assert stages(4) == 0 and stages(1, layout="vk") == 0 and stages(1, layout="vk", read_format="fp8") == 0
     p = Pair("gated_deltanet", B=2, H=2, Hk=1, K=4, V=3, L=4, generator=torch.Generator().manual_seed(5))
-    for kw, want in ((dict(), (True, 1)), (dict(nonflush_stages=0), (False, 1)), (dict(nonflush_stages=3), (True, 3))):
+    for kw, want in ((dict(), (True, 2)), (dict(nonflush_stages=0), (False, 1)), (dict(nonflush_stages=3), (True, 3))):
         out = torch.empty(2, 1, 2, 3, device=DEVICE)
         triton_impl.advance_into(p.tri, p.inputs(2, T=1), None, out, commit=True, force_flush=False, **kw)
         got = (replay_launches[-1]["SPLIT"], replay_launches[-1]["STAGES"])

@@ -75,18 +75,17 @@ GDN 435.2 / 438.6). Per-channel decay keeps the loop: the same load as ``[BL, BK
 108 -> 264 bytes) and made KDA's step 279.8 -> 312.2 us (verify T = 8 1577 -> 1553).
 
 # NOTE [two row loops]
-A one-token call on ``kv`` tiles without a read copy (GDN, KDA steps) runs its (head, value tile) pairs in one
-of two loops, picked per row: rows that flush take the loop with the folds and the barriers they need, the
-others a loop without them. Triton's software pipeliner skips a loop that holds a barrier, so only the second
-can prefetch the next pair's tile into shared memory (cp.async, ``num_stages``); per-channel decay does (2
-stages), scalar decay does not (1). Where a unit's last program has fewer pairs than ``ITEMS``, the
-non-flush loop repeats its last pair instead of branching around the missing ones (a branch would keep
-the loads from being pipelined; the repeat writes the same outputs and records again). H200, batch 256,
-L = 16 (2026-12-04, ``benchmarks/gpu/item_stages.sh``, one loop -> two loops / two loops and 2 stages), step
-(non-flush) us: GDN 437.6 (357.3) -> **399.6 (349.6)** / 417.0 (343.4); KDA 279.8 (214.3) -> 268.2 (201.3) /
-**259.3 (205.4)**. Everything else keeps one loop, which the split made slower: Mamba-2 (``vk``) 345.1 -> 406.5
-(flush path 448 bytes spilled in the sm_90 compile), read copies (GDN fp8 612 -> 746), verify T = 8 (GDN
-2996 -> 4497).
+A one-token call on ``kv`` tiles (GDN, KDA steps) runs its (head, value tile) pairs in one of two loops,
+picked per row: rows that flush take the loop with the folds and the barriers they need, the others a loop
+without them. Triton's software pipeliner skips a loop that holds a barrier, so only the second can prefetch
+the next pair's tile into shared memory (cp.async, ``num_stages`` 2); with a read copy it runs unpipelined
+(1 stage). Where a unit's last program has fewer pairs than ``ITEMS``, the non-flush loop repeats its last
+pair instead of branching around the missing ones (a branch would keep the loads from being pipelined; the
+repeat writes the same outputs and records again). H200, batch 256, L = 16, step (non-flush) us, one loop
+(main) -> two loops of 1 / 2 stages (2026-12-04, ``tune_replay.py --stages=-1,0,1,2`` at ``b97085a``): GDN
+438.0 (357.4) -> 445.1 / **418.8 (338.7)**, KDA 279.2 (214.8) -> 255.7 / **263.7 (207.4)**, KDA fp8 copy 380.7
+-> **351.0** / 402.4, GDN fp8 copy 612.5 -> 609.2 / 731.8. Everything else keeps one loop, which the split
+made slower: Mamba-2 (``vk``) 345.2 -> 368.2 / 470.2, verify T = 8 (GDN 2996 -> 4497 us in an earlier run).
 
 # NOTE [window weights without differences]
 The decay from record ``i`` to position ``p`` is ``exp(sum_{i<j<=p} log_a_j)``: a reverse cumulative
@@ -641,8 +640,8 @@ def tiling(spec: ReplaySpec, K: int, V: int, rows: int, Hv: int, T: int, block_v
     if fold_unroll is None:
         fold_unroll = 8 if T <= 1 and (spec.read_format is None or spec.layout == "vk") else 1
     if nonflush_stages is None:  # NOTE [two row loops]
-        split = T <= 1 and spec.layout == "kv" and spec.read_format is None
-        nonflush_stages = (2 if spec.decay == "channel" else 1) if split else 0
+        split = T <= 1 and spec.layout == "kv"
+        nonflush_stages = (1 if spec.read_format else 2) if split else 0
     return Tiling(BK, BV, triton.next_power_of_2(spec.window), num_warps, cap, units, items,
                   triton.cdiv(per_unit, items), fold_unroll, nonflush_stages)
 
