@@ -211,6 +211,43 @@ def _fold_raw(S, rk, rla, rv, rbeta, xk, xla, xv, xbeta, n_ring, n_new, offs_k, 
 
 
 @triton.jit
+def _fold_window(S, rk, rla, ru, rv, rbeta, xk, xla, xv, xbeta, n_ring, n_new, offs_k, mask_k, offs_v, mask_v,
+                 KS: tl.constexpr, LS: tl.constexpr, US: tl.constexpr, HV: tl.constexpr, L: tl.constexpr,
+                 BL: tl.constexpr, DECAY: tl.constexpr, RAW: tl.constexpr, CD: tl.constexpr, UNROLL: tl.constexpr):
+    """The tile after the window's records: ``n_ring`` from the ring, then ``n_new`` of this call's inputs
+    (:func:`_fold`; raw delta records replay the recurrence, :func:`_fold_raw`)."""
+    if RAW:
+        S = _fold_raw(S, rk, rla, rv, rbeta, xk, xla, xv, xbeta, n_ring, n_new, offs_k, mask_k, offs_v, mask_v,
+                      KS, LS, US, HV, L, DECAY, CD, UNROLL)
+    else:
+        S = _fold(S, rk, rla, ru, xk, xla, n_ring, n_ring + n_new, offs_k, mask_k, offs_v, mask_v, KS, LS, US, L, BL,
+                  DECAY, CD, UNROLL)
+    return S
+
+
+@triton.jit
+def _store_checkpoint(new, state, s_tile, mask_kv, read_data, read_row_scale, read_block_scale, flushes, seed, slot,
+                      flush, head, h, offs_k, offs_v, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+                      READ: tl.constexpr, LAYOUT_KV: tl.constexpr, SR: tl.constexpr, SR_MANT: tl.constexpr,
+                      SR_EMIN: tl.constexpr, CD: tl.constexpr):
+    """A flushing row (``flush``) writes its folded tile ``new [BK, BV]`` to the checkpoint (stochastically rounded to a
+    16-bit checkpoint under ``SR``, seeded per slot, flush and element) and re-quantizes the read copy from it."""
+    if SR:
+        if LAYOUT_KV:
+            phys = offs_k[:, None] * V + offs_v[None, :]
+        else:
+            phys = offs_v[None, :] * K + offs_k[:, None]
+        seed_row = slot_seed(seed, slot, tl.load(flushes + slot))
+        stored = stochastic_round(new.to(tl.float32), seed_row, (h * K * V + phys).to(tl.int32), SR_MANT, SR_EMIN)
+    else:
+        stored = new.to(state.dtype.element_ty).to(CD)
+    tl.store(s_tile, stored.to(state.dtype.element_ty), mask=mask_kv)
+    if READ > 0:
+        store_read_tile(stored.to(tl.float32), read_data, read_row_scale, read_block_scale, head, offs_k, offs_v,
+                        mask_kv, flush, K, V, BK, BV, READ)
+
+
+@triton.jit
 def _put_row(M, tt, t, x):
     """``M`` with row ``t`` set to ``x`` (``M [BT, N]``, a small register matrix indexed by ``tt``)."""
     return tl.where((tt == t)[:, None], x[None, :], M)
@@ -488,12 +525,8 @@ def replay_kernel(
 
                     if loop == 1:
                         if pre:  # fold the committed records first (their ring positions are about to be reused)
-                            if RAW:
-                                base = _fold_raw(base, rk, rla, rv, rbeta, xk, xla, xv, xbeta, c, 0, offs_k, mask_k, cols_v,
-                                                 mask_v, KS, LS, US, HV, L, DECAY, CD, FOLD_UNROLL)
-                            else:
-                                base = _fold(base, rk, rla, ru, xk, xla, c, c, offs_k, mask_k, cols_v, mask_v, KS, LS, US, L, BL,
-                                             DECAY, CD, FOLD_UNROLL)
+                            base = _fold_window(base, rk, rla, ru, rv, rbeta, xk, xla, xv, xbeta, c, 0, offs_k, mask_k,
+                                                cols_v, mask_v, KS, LS, US, HV, L, BL, DECAY, RAW, CD, FOLD_UNROLL)
                         tl.debug_barrier()  # every old record is read before this tile's new records overwrite them
 
                     U = _ring(ru, US, j, count0, cols_v, mask_v, CD)
@@ -505,27 +538,12 @@ def replay_kernel(
                         tl.debug_barrier()  # the new u records written above are visible to every thread of the fold
                         new = base
                         if post:  # post rows read the exact checkpoint: base is exact
-                            if RAW:
-                                new = _fold_raw(base, rk, rla, rv, rbeta, xk, xla, xv, xbeta, count0, T, offs_k, mask_k,
-                                                cols_v, mask_v, KS, LS, US, HV, L, DECAY, CD, FOLD_UNROLL)
-                            else:
-                                new = _fold(base, rk, rla, ru, xk, xla, count0, count0 + T, offs_k, mask_k, cols_v, mask_v,
-                                            KS, LS, US, L, BL, DECAY, CD, FOLD_UNROLL)
+                            new = _fold_window(base, rk, rla, ru, rv, rbeta, xk, xla, xv, xbeta, count0, T, offs_k,
+                                               mask_k, cols_v, mask_v, KS, LS, US, HV, L, BL, DECAY, RAW, CD, FOLD_UNROLL)
                         if flush:
-                            if SR:
-                                if LAYOUT_KV:
-                                    phys = offs_k[:, None] * V + offs_v[None, :]
-                                else:
-                                    phys = offs_v[None, :] * K + offs_k[:, None]
-                                seed_row = slot_seed(seed, slot, tl.load(flushes + slot))
-                                stored = stochastic_round(new.to(tl.float32), seed_row, (h * K * V + phys).to(tl.int32),
-                                                          SR_MANT, SR_EMIN)
-                            else:
-                                stored = new.to(state.dtype.element_ty).to(CD)
-                            tl.store(s_tile, stored.to(state.dtype.element_ty), mask=mask_kv)
-                            if READ > 0:
-                                store_read_tile(stored.to(tl.float32), read_data, read_row_scale, read_block_scale, head, offs_k,
-                                                offs_v, mask_kv, flush, K, V, BK, BV, READ)
+                            _store_checkpoint(new, state, s_tile, mask_kv, read_data, read_row_scale, read_block_scale,
+                                              flushes, seed, slot, flush, head, h, offs_k, offs_v, K, V, BK, BV, READ,
+                                              LAYOUT_KV, SR, SR_MANT, SR_EMIN, CD)
     tl.store(nonfinite + slot, tl.full([], 1, tl.uint8), mask=bad & live)
     if live:
         # NOTE [the last program moves the cursors]
