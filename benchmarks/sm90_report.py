@@ -9,7 +9,8 @@ multiples of 16 marked), runs Triton's bundled ``ptxas -v`` and prints what it r
 
 Each case is ``shape,read,T,L`` (shapes of ``replayssm bench kernels``). ``--dump DIR`` also writes each
 call's TTGIR (the layouts Triton chose) and SASS (count the SHFL / BAR / LDS a change adds or removes);
-``--warps``, ``--block-v`` and ``--maxnreg`` override the tiling, ``--layout`` the state layout. Figures are the compiler's, not timings: on
+``--warps``, ``--block-v``, ``--maxnreg``, ``--items``, ``--fold-unroll`` and ``--stages`` override the tiling,
+``--layout`` the state layout. Figures are the compiler's, not timings: on
 2026-12-02 a kernel with no spills still ran at half of bandwidth, and on 2026-12-03 a variant with half the
 shuffles ran slower (BENCHMARKS.md).
 """
@@ -104,6 +105,10 @@ def main(argv=None) -> int:
     p.add_argument("--block-v", type=int, default=0, help="override the tiling's value tile")
     p.add_argument("--maxnreg", type=int, default=0, help="cap registers per thread (ptxas .maxnreg)")
     p.add_argument("--layout", choices=("kv", "vk"), help="state layout instead of the shape's (as tune_replay.py)")
+    p.add_argument("--items", type=int, default=0, help="override the (head, value tile) pairs a program serves")
+    p.add_argument("--fold-unroll", type=int, default=0, help="override the flush fold's unrolling")
+    p.add_argument("--stages", type=int, default=-1, help="override the non-flush rows' loop (NOTE [two row loops]): "
+                   "0 one loop for all rows, s > 0 a loop of their own over s pipeline stages")
     args = p.parse_args(argv)
     if args.dump:
         os.makedirs(args.dump, exist_ok=True)
@@ -120,7 +125,9 @@ def main(argv=None) -> int:
         for commit in (True, False):
             triton_impl.advance_into(rs, x, None, out, commit=commit, force_flush=False,
                                      max_registers=args.maxnreg or None, num_warps=args.warps or None,
-                                     block_v=args.block_v or None)
+                                     block_v=args.block_v or None, items=args.items or None,
+                                     fold_unroll=args.fold_unroll or None,
+                                     nonflush_stages=None if args.stages < 0 else args.stages)
         for (a, kw), commit in zip(capture.calls, ("commit", "no commit")):
             dump = os.path.join(args.dump, f"{case.replace(',', '_')}_{commit.replace(' ', '_')}") if args.dump else ""
             print(f"{case} ({commit}): {report(capture.fn, a, kw, dump)}", flush=True)

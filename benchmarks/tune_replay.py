@@ -1,7 +1,7 @@
 """Tiling sweep of the replay template on the GPU (a development tool; figures go to BENCHMARKS.md).
 
 For each real shape at one batch size it times, per (read format, L, block_v, num_warps, maxnreg, items,
-fold_unroll): ``step`` (a decode step with rows at staggered ring phases, the L-step amortized cost, as `bench kernels`)
+fold_unroll, stages): ``step`` (a decode step with rows at staggered ring phases, the L-step amortized cost, as `bench kernels`)
 and ``nf`` (the same call without committing: no row flushes, the cursors stay put: the non-flush path
 alone), beside our standard kernel, with GB/s against the copy bandwidth of the same run; ``--verify T,...``
 adds a verify of T tokens + commit of all (L = 16 + T, fp32 checkpoint, no read copy) per (block_v, num_warps,
@@ -84,7 +84,8 @@ def main(argv=None) -> int:
                      nf_us=nf_us, step_bw=step_bytes / step_us / 1e3 / bw, nf_bw=nf_bytes / nf_us / 1e3 / bw,
                      speedup=std_us / step_us)
             rows.append(r)
-            print(f"  {read:5s} L={L:2d} bv={bv:3d} nw={nw} mr={mr} it={it} fu={fu} st={st}: step {step_us:7.1f} us ({r['step_bw']:.0%} bw, "
+            print(f"  {read:5s} L={L:2d} bv={bv:3d} nw={nw} mr={mr} it={it} fu={fu} st={st}: "
+                  f"step {step_us:7.1f} us ({r['step_bw']:.0%} bw, "
                   f"{r['speedup']:.2f}x std)  non-flush {nf_us:7.1f} us ({r['nf_bw']:.0%} bw)", flush=True)
             del rs
         for T, bv, nw, mr in itertools.product(args.verify, args.block_v, args.warps, args.maxnreg):

@@ -227,8 +227,8 @@ def _fold_window(S, rk, rla, ru, rv, rbeta, xk, xla, xv, xbeta, n_ring, n_new, o
 
 @triton.jit
 def _store_checkpoint(new, state, s_tile, mask_kv, read_data, read_row_scale, read_block_scale, flushes, seed, slot,
-                      flush, head, h, offs_k, offs_v, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-                      READ: tl.constexpr, LAYOUT_KV: tl.constexpr, SR: tl.constexpr, SR_MANT: tl.constexpr,
+                      flush, head, h, offs_k, offs_v, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr,
+                      BV: tl.constexpr, READ: tl.constexpr, LAYOUT_KV: tl.constexpr, SR: tl.constexpr, SR_MANT: tl.constexpr,
                       SR_EMIN: tl.constexpr, CD: tl.constexpr):
     """A flushing row (``flush``) writes its folded tile ``new [BK, BV]`` to the checkpoint (stochastically rounded to a
     16-bit checkpoint under ``SR``, seeded per slot, flush and element) and re-quantizes the read copy from it."""
@@ -513,9 +513,9 @@ def replay_kernel(
                     # The tile's address does not depend on the row's count, so its load is in flight with the
                     # window's. Window records are loaded only below the count: ~(L-1)/2 of L on average (unmasked
                     # ring loads, tried on 2026-12-02, moved the Mamba-2 non-flush path from 363 to 491 us on the H200).
-                    if READ > 0:  # one tile live at a time: non-flush rows keep the copy, flush rows swap in the exact tile
-                        base = load_read_tile(read_data, read_row_scale, read_block_scale, head, offs_k, offs_v, mask_kv,
-                                              (loop == 0) | (SPLIT == 0), K, V, BK, BV, READ, CD)
+                    if READ > 0:  # one tile live at a time: non-flush rows keep the copy, flush rows the exact tile
+                        base = load_read_tile(read_data, read_row_scale, read_block_scale, head, offs_k, offs_v,
+                                              mask_kv, (loop == 0) | (SPLIT == 0), K, V, BK, BV, READ, CD)
                         if loop == 1:
                             if flush:  # the plain load: a key-chunk tile would meet the copy's layout
                                 base = tl.load(s_tile, mask=mask_kv, other=0.0).to(CD)
@@ -539,7 +539,8 @@ def replay_kernel(
                         new = base
                         if post:  # post rows read the exact checkpoint: base is exact
                             new = _fold_window(base, rk, rla, ru, rv, rbeta, xk, xla, xv, xbeta, count0, T, offs_k,
-                                               mask_k, cols_v, mask_v, KS, LS, US, HV, L, BL, DECAY, RAW, CD, FOLD_UNROLL)
+                                               mask_k, cols_v, mask_v, KS, LS, US, HV, L, BL, DECAY, RAW, CD,
+                                               FOLD_UNROLL)
                         if flush:
                             _store_checkpoint(new, state, s_tile, mask_kv, read_data, read_row_scale, read_block_scale,
                                               flushes, seed, slot, flush, head, h, offs_k, offs_v, K, V, BK, BV, READ,
@@ -618,7 +619,7 @@ class Tiling(NamedTuple):
     items: int   # (value head, value tile) pairs a program serves
     parts: int   # programs per unit
     fold_unroll: int  # records per iteration of a flush fold (NOTE [fold unrolling])
-    nonflush_stages: int  # 0: one loop serves every row; s > 0: non-flush rows loop apart, num_stages=s (NOTE [two row loops])
+    nonflush_stages: int  # 0: one loop for every row; s > 0: non-flush rows loop apart over s stages (NOTE [two row loops])
 
 
 def tiling(spec: ReplaySpec, K: int, V: int, rows: int, Hv: int, T: int, block_v: Optional[int] = None,
