@@ -304,6 +304,17 @@ def test_real_shapes_gpu(name, L):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("name,read", [("qwen3.5-122b-gdn", None), ("kimi-linear-kda", None), ("qwen3.5-122b-gdn", "fp8")])
+def test_two_row_loops_short_last_program_gpu(name, read):
+    """The non-flush loop compiled with its pipelining (2 stages; 1 with a read copy: the defaults) and 3 pairs a
+    program, so a unit's last program repeats its last pair (NOTE [two row loops]); steps across flushes."""
+    p = _real_pair(name, B=5, L=3, seed=3, read=read, tiling=dict(block_v=32, items=3))
+    slots = torch.tensor([4, -1, 0, 2, 1, 3], device=DEVICE)
+    for _ in range(7):
+        p.step(slots=slots)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("name,read,ckpt", [("nemotron3-super-mamba2", "fp8", torch.float32),
                                             ("qwen3.5-4b-gdn", "fp4", torch.float32),
                                             ("kimi-linear-kda", "fp16", torch.bfloat16)])
