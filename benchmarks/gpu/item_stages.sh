@@ -3,7 +3,8 @@
 # loops] there): rows that do not flush run a loop of their own, without the flush path's barriers, so Triton's
 # software pipeliner can prefetch the next (head, value tile) pair's checkpoint tile into shared memory
 # (cp.async) while the current one is reduced. main first, then the patch with REPLAY_ITEM_STAGES=2 (prefetch)
-# and =1 (the two loops alone), then the GPU kernel tests on the patch.
+# and =1 (the two loops alone), then the GPU kernel tests on the patch. Timed on `ad2cd4b` (fifteenth session); the
+# patch does not apply to later commits, which carry a narrower form of it (NOTE [two row loops]).
 # Usage: [TUNE="--read none,fp8 --verify 8"] [BOX=170] [STAGES="2 1"] bash benchmarks/gpu/item_stages.sh (writes under $OUT)
 set -u
 source "$(dirname "$0")/part.sh"
