@@ -439,8 +439,9 @@ def test_two_row_loops_rule_and_override(replay_launches):
                                                        ("mamba2", "vk", "fp8", 1), ("deltanet", "vk", None, 2)])
 def test_two_row_loops_forced_either_way(family, layout, read, stages):
     """Every call (verify too) with one loop for all rows (0) or non-flush rows looping apart (1, 2: the
-    interpreter ignores ``num_stages``), across flushes, padding, read copies and a unit's last program with
-    masked pairs (value tiles of 2 over V = 3, 3 pairs a program: NOTE [two row loops])."""
+    interpreter ignores ``num_stages``), across flushes, padding, read copies and a unit's last program short of
+    pairs (value tiles of 2 over V = 3, 3 pairs a program: the flush loop skips the missing pair, the non-flush
+    loop repeats its last one; NOTE [two row loops])."""
     g = torch.Generator().manual_seed(50 + FAMILIES.index(family))
     p = Pair(family, B=3, H=2, Hk=1, K=4, V=3, L=3, layout=layout, read=read, generator=g,
              tiling=dict(block_v=2, items=3, nonflush_stages=stages))
