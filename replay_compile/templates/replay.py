@@ -78,14 +78,19 @@ GDN 435.2 / 438.6). Per-channel decay keeps the loop: the same load as ``[BL, BK
 A one-token call on ``kv`` tiles (GDN, KDA steps) runs its (head, value tile) pairs in one of two loops,
 picked per row: rows that flush take the loop with the folds and the barriers they need, the others a loop
 without them. Triton's software pipeliner skips a loop that holds a barrier, so only the second can prefetch
-the next pair's tile into shared memory (cp.async, ``num_stages`` 2); with a read copy it runs unpipelined
-(1 stage). Where a unit's last program has fewer pairs than ``ITEMS``, the non-flush loop repeats its last
-pair instead of branching around the missing ones (a branch would keep the loads from being pipelined; the
-repeat writes the same outputs and records again). H200, batch 256, L = 16, step (non-flush) us, one loop
+the next pair's tile into shared memory (cp.async, ``num_stages`` 2) over up to 8 pairs a program
+(``MAX_PIPELINED_ITEMS``); with a read copy, and under per-channel decay, it runs unpipelined (1 stage).
+Where a unit's last program has fewer pairs than ``ITEMS``, the non-flush loop repeats its last pair instead
+of branching around the missing ones (a branch would keep the loads from being pipelined; the repeat writes
+the same outputs and records again). H200, batch 256, L = 16, step (non-flush) us, one loop
 (main) -> two loops of 1 / 2 stages (2026-12-04, ``tune_replay.py --stages=-1,0,1,2`` at ``b97085a``): GDN
 438.0 (357.4) -> 445.1 / **418.8 (338.7)**, KDA 279.2 (214.8) -> 255.7 / **263.7 (207.4)**, KDA fp8 copy 380.7
 -> **351.0** / 402.4, GDN fp8 copy 612.5 -> 609.2 / 731.8. Everything else keeps one loop, which the split
 made slower: Mamba-2 (``vk``) 345.2 -> 368.2 / 470.2, verify T = 8 (GDN 2996 -> 4497 us in an earlier run).
+At L = 8 (2026-12-04, ``tune_replay.py --window 8 --stages=1,2,3 --items 0,8`` at ``e35d617``): GDN 1 / 2 / 3
+stages 417.6 / 400.8 / 404.3 us, with 8 pairs 391.5 / **375.3** / 382.1; KDA (4 pairs a unit, so 8 changes
+nothing) **221.1** / 228.7 / 234.1, hence 1 stage under per-channel decay (it also won at L = 16 above). Mamba-2
+split at a cap of 168 registers lost again (L = 8: 345.6 / 379.1 / 457.1 against one loop's 331.0).
 
 # NOTE [window weights without differences]
 The decay from record ``i`` to position ``p`` is ``exp(sum_{i<j<=p} log_a_j)``: a reverse cumulative
@@ -513,11 +518,15 @@ def replay_kernel(
                     # The tile's address does not depend on the row's count, so its load is in flight with the
                     # window's. Window records are loaded only below the count: ~(L-1)/2 of L on average (unmasked
                     # ring loads, tried on 2026-12-02, moved the Mamba-2 non-flush path from 363 to 491 us on the H200).
-                    if READ > 0:  # one tile live at a time: non-flush rows keep the copy, flush rows the exact tile
+                    # One tile live at a time: non-flush rows read the copy, flush rows the exact tile (a plain
+                    # load: a key-chunk tile would meet the copy's layout). Split flush loops hold only flush rows.
+                    if (READ > 0) & (SPLIT == 1) & (loop == 1):
+                        base = tl.load(s_tile, mask=mask_kv, other=0.0).to(CD)
+                    elif READ > 0:
                         base = load_read_tile(read_data, read_row_scale, read_block_scale, head, offs_k, offs_v,
-                                              mask_kv, (loop == 0) | (SPLIT == 0), K, V, BK, BV, READ, CD)
+                                              mask_kv, True, K, V, BK, BV, READ, CD)
                         if loop == 1:
-                            if flush:  # the plain load: a key-chunk tile would meet the copy's layout
+                            if flush:
                                 base = tl.load(s_tile, mask=mask_kv, other=0.0).to(CD)
                     else:
                         base = _load_tile(s_tile, mask_kv, s_head, offs_v, mask_v, stride_sk, stride_sv, K, BK, BV,
@@ -577,6 +586,9 @@ PROGRAMS = 1024
 # and with 32 pairs (a whole Mamba-2 key group) the flush programs ran long (step 506 us, 4 pairs: 421 us;
 # H200, 2026-12-02, tune_replay.py --items 0,1,4,16)
 MAX_ITEMS = 4
+# ... except where the non-flush rows loop apart on a pipelined loop, which a longer loop feeds better:
+# GDN step, L = 8, 2 stages, 4 -> 8 pairs 400.8 -> 375.3 us (H200, 2026-12-04, tune_replay.py --items 0,8)
+MAX_PIPELINED_ITEMS = 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -651,16 +663,16 @@ def tiling(spec: ReplaySpec, K: int, V: int, rows: int, Hv: int, T: int, block_v
     cap = (168 if T <= 1 and spec.layout == "kv" else 128) if num_warps == 2 else None
     units = Hv if spec.decay == "channel" else spec.k_heads
     per_unit = Hv // units * triton.cdiv(V, BV)
+    if nonflush_stages is None:  # NOTE [two row loops]
+        split = T <= 1 and spec.layout == "kv"
+        nonflush_stages = (1 if spec.read_format or spec.decay == "channel" else 2) if split else 0
     if items is None:
-        items = min(per_unit, MAX_ITEMS)
+        items = min(per_unit, MAX_PIPELINED_ITEMS if nonflush_stages > 1 else MAX_ITEMS)
         while items > 1 and rows * units * triton.cdiv(per_unit, items) < PROGRAMS:
             items = triton.cdiv(items, 2)
     items = max(1, min(items, per_unit))
     if fold_unroll is None:
         fold_unroll = 8 if T <= 1 and (spec.read_format is None or spec.layout == "vk") else 1
-    if nonflush_stages is None:  # NOTE [two row loops]
-        split = T <= 1 and spec.layout == "kv"
-        nonflush_stages = (1 if spec.read_format else 2) if split else 0
     return Tiling(BK, BV, triton.next_power_of_2(spec.window), num_warps, cap, units, items,
                   triton.cdiv(per_unit, items), fold_unroll, nonflush_stages)
 
