@@ -18,8 +18,9 @@ import triton.language as tl
 
 from replay_compile.families import get_family
 from replay_compile.families.base import Canonical
-from replay_compile.runtime import rounding, triton_impl
+from replay_compile.runtime import quant, rounding, triton_impl
 from replay_compile.runtime.state import ReplayState
+from replay_compile.templates.readcopy import _e2m1_magnitude_code
 from replay_compile.templates.sround import SR_FORMATS, slot_seed, stochastic_round
 from replay_compile.testing import StandardPool, poisoned_like, random_canonical, rel_rms
 
@@ -32,6 +33,12 @@ def _round_kernel(x, y, seed, slot, flush, N: tl.constexpr, MANT: tl.constexpr, 
     i = tl.arange(0, N)
     r = stochastic_round(tl.load(x + i), slot_seed(seed, slot, flush), i, MANT, EMIN)
     tl.store(y + i, r)
+
+
+@triton.jit
+def _e2m1_code_kernel(y, code, N: tl.constexpr):
+    i = tl.arange(0, N)
+    tl.store(code + i, _e2m1_magnitude_code(tl.load(y + i)))
 
 
 FAMILIES = ["mamba2", "simple_gla", "gla", "deltanet", "gated_deltanet", "kda"]
@@ -254,6 +261,20 @@ def test_stochastic_round_kernel_matches_reference_on_edge_values():
         ref = rounding.stochastic_round(x[None], dtype, seed)[0]
         got = y.to(dtype)
         assert torch.equal(got.view(torch.int16), ref.view(torch.int16)), (dtype, x[got.view(torch.int16) != ref.view(torch.int16)])
+
+
+def test_e2m1_codes_from_bits_count_the_midpoints():
+    """The kernel's e2m1 code (rounding the fp32 bits, NOTE [read-copy reciprocals]) equals quant.py's count of
+    midpoints below ``y`` at every midpoint, its fp32 neighbours, the grid, subnormals, overflow and NaN."""
+    mids = torch.tensor(quant.FP4_MIDPOINTS + quant.FP4_VALUES + (1.0, 8.0))
+    edges = torch.cat([mids, torch.nextafter(mids, torch.tensor(0.0)), torch.nextafter(mids, torch.tensor(99.0))])
+    special = torch.tensor([0.0, 1e-45, 1e-40, 1e-30, 0.5, 6.5, 7.0, 7.5, 1e30, 3.4e38, float("inf"), float("nan")])
+    noise = torch.rand(4096 - edges.numel() - special.numel(), generator=torch.Generator().manual_seed(8)) * 8
+    y = torch.cat([edges, special, noise]).float().to(DEVICE)
+    code = torch.empty(y.numel(), dtype=torch.int32, device=DEVICE)
+    _e2m1_code_kernel[(1,)](y, code, N=y.numel())
+    want = sum((y > m).int() for m in quant.FP4_MIDPOINTS)
+    assert torch.equal(code, want), y[code != want]
 
 
 def test_nonfinite_inputs_flag_only_their_slot():

@@ -16,6 +16,10 @@ fp4 (e2m1, "NVFP4"-style) codes are sign | 3-bit magnitude over {0, .5, 1, 1.5, 
 rounds to the nearest magnitude, ties toward zero (``code = #midpoints below |x|``); the low nibble
 holds the even column. Block scale ``b = e4m3(amax_block / (6 * s_row))`` with
 ``s_row = amax_row / (6 * 448)``, so every block scale fits e4m3's range whatever the state's size.
+
+Values are scaled by multiplying with the fp32 reciprocal of their scale (one IEEE division per scale, as the
+kernels do: a division per value was most of a flushing program's re-quantisation, NOTE [read-copy
+reciprocals] in ``templates/readcopy.py``).
 """
 from __future__ import annotations
 
@@ -60,7 +64,7 @@ class ReadFormat:
             return {"data": x.to(_torch_dtype(self.name))}
         if self.name == "fp8":
             s = _row_scale(x, FP8_MAX)
-            return {"data": (x / s[..., None]).to(torch.float8_e4m3fn), "row_scale": s}
+            return {"data": (x * torch.reciprocal(s)[..., None]).to(torch.float8_e4m3fn), "row_scale": s}
         return _fp4_quantize(x)
 
     def dequantize(self, parts: dict[str, torch.Tensor], C: Optional[int] = None) -> torch.Tensor:
@@ -99,7 +103,7 @@ def _fp4_quantize(x: torch.Tensor) -> dict[str, torch.Tensor]:
     s_row = _row_scale(x, FP4_MAX * FP8_MAX)
     b = (xp.abs().amax(-1) / (FP4_MAX * s_row[..., None])).to(torch.float8_e4m3fn)
     scale = b.float() * s_row[..., None]
-    y = (xp.abs() / torch.where(scale > 0, scale, torch.ones_like(scale))[..., None])
+    y = xp.abs() * torch.reciprocal(torch.where(scale > 0, scale, torch.ones_like(scale)))[..., None]
     code = torch.zeros_like(y, dtype=torch.uint8)
     for m in FP4_MIDPOINTS:
         code += (y > m).to(torch.uint8)
