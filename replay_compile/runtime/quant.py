@@ -17,9 +17,9 @@ rounds to the nearest magnitude, ties toward zero (``code = #midpoints below |x|
 holds the even column. Block scale ``b = e4m3(amax_block / (6 * s_row))`` with
 ``s_row = amax_row / (6 * 448)``, so every block scale fits e4m3's range whatever the state's size.
 
-Values are scaled by multiplying with the fp32 reciprocal of their scale (one IEEE division per scale, as the
-kernels do: a division per value was most of a flushing program's re-quantisation, NOTE [read-copy
-reciprocals] in ``templates/readcopy.py``).
+Values are scaled by multiplying with the fp32 reciprocal of their scale (one IEEE division per scale), as the
+kernels do, where a division per value slowed the flushing rows (NOTE [read-copy reciprocals] in
+``templates/readcopy.py``).
 """
 from __future__ import annotations
 

@@ -16,7 +16,9 @@ sm_90 each ``div.rn.f32`` is a reciprocal, Newton steps and a call to a slow pat
 step on a 4-bit copy, 64 with fp8). e2m1 codes come from the bits of ``y >= 1`` (rounding to one mantissa bit)
 instead of seven comparisons. H200, batch 256, L = 16, step us (2026-12-04, tune_replay.py): fp8 copy Mamba-2
 295.2 -> 279.0, GDN 608.5 -> 582.4, KDA 348.9 -> 332.7; 4-bit GDN 795.8 -> 686.9, KDA 465.0 -> 415.4, Mamba-2
-769.3 -> 791.7 (its per-block quotients stay replicated over a block's lanes: 132 division calls, more spills).
+769.3 -> 791.7: there the per-block quotients (``[BV, BK / 16]``) inherit the ``vk`` tile's layout (4 keys a
+lane, 32 lanes along keys), which replicates each over 16 lanes, so a thread still divides 64 times (sm_90 TTGIR;
+reshaping them flat did not change it), and the step spills 1536 bytes instead of 1076.
 """
 from __future__ import annotations
 
