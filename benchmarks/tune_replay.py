@@ -3,7 +3,8 @@
 For each real shape at one batch size it times, per (read format, L, block_v, num_warps, maxnreg, items,
 fold_unroll, stages): ``step`` (a decode step with rows at staggered ring phases, the L-step amortized cost, as `bench kernels`)
 and ``nf`` (the same call without committing: no row flushes, the cursors stay put: the non-flush path
-alone), beside our standard kernel, with GB/s against the copy bandwidth of the same run; ``--verify T,...``
+alone), beside our standard kernel, with GB/s against the copy bandwidth of the same run and the step's ceiling
+(its speedup over the standard kernel if it moved its bytes at 100% of that bandwidth); ``--verify T,...``
 adds a verify of T tokens + commit of all (L = 16 + T, fp32 checkpoint, no read copy) per (block_v, num_warps,
 maxnreg).
 
@@ -82,11 +83,13 @@ def main(argv=None) -> int:
                      maxnreg=mr, items=it, fold_unroll=fu, stages=st,
                      step_us=step_us,
                      nf_us=nf_us, step_bw=step_bytes / step_us / 1e3 / bw, nf_bw=nf_bytes / nf_us / 1e3 / bw,
-                     speedup=std_us / step_us)
+                     speedup=std_us / step_us,
+                     ceiling=std_us * bw * 1e3 / step_bytes)  # the speedup of a step at 100% of copy bandwidth
             rows.append(r)
             print(f"  {read:5s} L={L:2d} bv={bv:3d} nw={nw} mr={mr} it={it} fu={fu} st={st}: "
                   f"step {step_us:7.1f} us ({r['step_bw']:.0%} bw, "
-                  f"{r['speedup']:.2f}x std)  non-flush {nf_us:7.1f} us ({r['nf_bw']:.0%} bw)", flush=True)
+                  f"{r['speedup']:.2f}x std of {r['ceiling']:.2f}x)  non-flush {nf_us:7.1f} us ({r['nf_bw']:.0%} bw)",
+                  flush=True)
             del rs
         for T, bv, nw, mr in itertools.product(args.verify, args.block_v, args.warps, args.maxnreg):
             L = 16 + T
