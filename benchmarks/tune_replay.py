@@ -5,8 +5,8 @@ fold_unroll, stages): ``step`` (a decode step with rows at staggered ring phases
 and ``nf`` (the same call without committing: no row flushes, the cursors stay put: the non-flush path
 alone), beside our standard kernel, with GB/s against the copy bandwidth of the same run and the step's ceiling
 (its speedup over the standard kernel if it moved its bytes at 100% of that bandwidth); ``--verify T,...``
-adds a verify of T tokens + commit of all (L = 16 + T, fp32 checkpoint, no read copy) per (block_v, num_warps,
-maxnreg).
+adds a verify of T tokens + commit of all (L = ``--verify-window`` + T, default 16 + T; fp32 checkpoint unless
+``--verify-read``) per (block_v, num_warps, maxnreg).
 
     python benchmarks/tune_replay.py --batch 256 --out tune.json
 """
@@ -41,6 +41,7 @@ def main(argv=None) -> int:
     p.add_argument("--stages", type=comma_list(int), default=[-1], help="non-flush rows' loop: -1 the default, 0 one "
                    "loop for all rows, s > 0 a loop of their own pipelined over s stages (NOTE [two row loops])")
     p.add_argument("--verify", type=comma_list(int), default=[])
+    p.add_argument("--verify-window", type=int, default=16, help="verify rows use L = this + T (as bench kernels)")
     p.add_argument("--verify-read", default="none", help="read copy of the verify rows' state (none, bf16, fp8, fp4)")
     p.add_argument("--layout", choices=("kv", "vk"), help="state layout instead of the model's (e.g. GDN with keys "
                    "contiguous, as vLLM stores it)")
@@ -92,7 +93,7 @@ def main(argv=None) -> int:
                   flush=True)
             del rs
         for T, bv, nw, mr in itertools.product(args.verify, args.block_v, args.warps, args.maxnreg):
-            L = 16 + T
+            L = args.verify_window + T
             xv = draw_inputs(shape, B, T, "cuda", seed=B + T)
             rs = staggered_replay_state(shape, B, L, "cuda", args.verify_read, tokens=T)
             n_all = torch.full((B,), T, dtype=torch.int64, device="cuda")
