@@ -5,7 +5,7 @@ fold_unroll, stages): ``step`` (a decode step with rows at staggered ring phases
 and ``nf`` (the same call without committing: no row flushes, the cursors stay put: the non-flush path
 alone), beside our standard kernel, with GB/s against the copy bandwidth of the same run and the step's ceiling
 (its speedup over the standard kernel if it moved its bytes at 100% of that bandwidth); ``--verify T,...``
-adds a verify of T tokens + commit of all (L = ``--verify-window`` + T, default 16 + T; fp32 checkpoint unless
+adds a verify of T tokens + commit of all (L = w + T for each ``--verify-window`` w, default 16; fp32 checkpoint unless
 ``--verify-read``) per (block_v, num_warps, maxnreg).
 
     python benchmarks/tune_replay.py --batch 256 --out tune.json
@@ -41,7 +41,8 @@ def main(argv=None) -> int:
     p.add_argument("--stages", type=comma_list(int), default=[-1], help="non-flush rows' loop: -1 the default, 0 one "
                    "loop for all rows, s > 0 a loop of their own pipelined over s stages (NOTE [two row loops])")
     p.add_argument("--verify", type=comma_list(int), default=[])
-    p.add_argument("--verify-window", type=int, default=16, help="verify rows use L = this + T (as bench kernels)")
+    p.add_argument("--verify-window", type=comma_list(int), default=[16], help="verify rows use L = w + T for each w "
+                   "(as bench kernels)")
     p.add_argument("--verify-read", default="none", help="read copy of the verify rows' state (none, bf16, fp8, fp4)")
     p.add_argument("--layout", choices=("kv", "vk"), help="state layout instead of the model's (e.g. GDN with keys "
                    "contiguous, as vLLM stores it)")
@@ -92,8 +93,9 @@ def main(argv=None) -> int:
                   f"{r['speedup']:.2f}x std of {r['ceiling']:.2f}x)  non-flush {nf_us:7.1f} us ({r['nf_bw']:.0%} bw)",
                   flush=True)
             del rs
-        for T, bv, nw, mr in itertools.product(args.verify, args.block_v, args.warps, args.maxnreg):
-            L = args.verify_window + T
+        for T, w, bv, nw, mr in itertools.product(args.verify, args.verify_window, args.block_v, args.warps,
+                                                  args.maxnreg):
+            L = w + T
             xv = draw_inputs(shape, B, T, "cuda", seed=B + T)
             rs = staggered_replay_state(shape, B, L, "cuda", args.verify_read, tokens=T)
             n_all = torch.full((B,), T, dtype=torch.int64, device="cuda")
@@ -107,10 +109,10 @@ def main(argv=None) -> int:
             except Exception as e:  # noqa: BLE001
                 print(f"  verify T={T} bv={bv} nw={nw} mr={mr}: {type(e).__name__}: {str(e)[:150]}")
                 continue
-            rows.append(dict(shape=name, layout=shape.layout, batch=B, kind="verify", T=T, read=args.verify_read,
+            rows.append(dict(shape=name, layout=shape.layout, batch=B, kind="verify", T=T, L=L, read=args.verify_read,
                              block_v=bv, warps=nw, maxnreg=mr, us=us, vs_std=us / std_us))
-            print(f"  verify T={T} {args.verify_read} bv={bv} nw={nw} mr={mr}: {us:.1f} us = {us / std_us:.2f}x std step",
-                  flush=True)
+            print(f"  verify T={T} L={L} {args.verify_read} bv={bv} nw={nw} mr={mr}: {us:.1f} us = "
+                  f"{us / std_us:.2f}x std step", flush=True)
             del rs
         with open(args.out, "w") as f:
             json.dump(dict(copy_gbps=bw, rows=rows), f, indent=1)

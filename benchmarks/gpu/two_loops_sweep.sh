@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Sweeps the knobs around NOTE [two row loops] at batch 256 (~8 min on a warm H200; not run yet):
+# Sweeps the knobs around NOTE [two row loops] at batch 256 (~8 min on a warm H200; its first three parts ran at
+# L = 8 instead on 2026-12-04 at `e35d617`, the window part as step_check.sh's KNOB: BENCHMARKS.md, sixteenth session):
 #   kv_stages     GDN / KDA without a read copy, L = 16: pipeline stages 1-3 of the non-flush loop, 4 (default)
 #                 or 8 pairs a program (longer loops give the prefetch more to overlap);
 #   kv_copy_fold  GDN / KDA with an fp8 copy: one loop or two, the flush fold unrolled by 1 (default) or 8;
