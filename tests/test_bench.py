@@ -1,7 +1,9 @@
 """The kernel benchmark runs end to end on the CPU (``--smoke``) and writes a complete JSON file."""
 import json
+import os
 import pathlib
 import runpy
+import subprocess
 import sys
 
 import pytest
@@ -67,3 +69,16 @@ def test_wrapper_script_help(monkeypatch, capsys):
     with pytest.raises(SystemExit) as exit_info:
         runpy.run_path(str(script), run_name="__main__")
     assert exit_info.value.code == 0 and "--quick" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", ["kernels", "spec"])
+def test_cpu_smoke_command_needs_no_interpreter_flag(command, tmp_path):
+    """``replayssm bench kernels|spec --smoke`` on a machine without a GPU, from a shell that did not set
+    ``TRITON_INTERPRET`` (the tests' conftest sets it): the command turns the interpreter on before any Triton
+    template is imported, so ``import replay_compile`` must not import one."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    run = subprocess.run([sys.executable, "-m", "replay_compile.cli", "bench", command, "--smoke",
+                          "--out", str(tmp_path / "out.json")], env=env, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert json.loads((tmp_path / "out.json").read_text())

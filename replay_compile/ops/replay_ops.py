@@ -26,7 +26,6 @@ import torch
 from ..families import get_family
 from ..families.base import Canonical, standard_scan
 from ..runtime.state import resolve_kernels
-from ..templates.standard import standard_advance
 from .registry import parse_config, release, replay_state_for
 
 
@@ -74,6 +73,9 @@ def _standard(state, q, k, v, log_a, beta, cfg) -> torch.Tensor:
     release(state)  # replay may have managed it before (another graph of the model): its records first
     family = get_family(cfg["family"])
     if resolve_kernels(cfg["kernels"], state.device) == "triton":  # chunks of <= L tokens: the kernel unrolls them
+        # imported here: a Triton template is compiled or interpreted as TRITON_INTERPRET says when it is imported,
+        # and the CPU commands (`replayssm bench ... --device cpu`) set it after `import replay_compile`
+        from ..templates.standard import standard_advance  # noqa: PLC0415
         return torch.cat([standard_advance(state, *part, delta=family.delta, decay=family.decay, layout=cfg["layout"])
                           for part in _token_chunks((q, k, v, log_a, beta), cfg["window"])], dim=1)
     cd = _compute_dtype(state)
