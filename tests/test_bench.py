@@ -1,4 +1,5 @@
-"""The kernel benchmark runs end to end on the CPU (``--smoke``) and writes a complete JSON file."""
+"""The kernel benchmark runs end to end on the CPU (``--smoke``) and writes a complete JSON file; the CPU smoke
+commands need no hand-set interpreter flag."""
 import json
 import os
 import pathlib
