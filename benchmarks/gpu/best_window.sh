@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Issues 3 and 6 at the best window (L = 8 was the fastest fp32 step for all three shapes on 2026-12-04) beside the
-# default 16, batch 256, on one H200 (~7 min on a warm machine, part limits below; writes under $OUT):
+# default 16, batch 256, on one H200 (~8 min on a warm machine, part limits below; writes under $OUT):
 #   verify      tune_replay.py: verify T = 4, 8 + commit at L = 8 + T and 16 + T (fp32 checkpoint), 100 s
 #   spec        bench spec: Mamba-2 and GDN shapes, T = 4, acceptance 0.5 / 0.8 / 1.0 / text, L = 8, 120 s
-#   gdn_vk      tune_replay.py: the GDN step on key-contiguous (`vk`) tiles, vLLM's layout and the reference fork's,
-#               beside `kv` (BENCHMARKS.md, sixteenth session: the fork's 320 us GDN step reduces keys in a warp), 60 s
+#   gdn_kv/vk   tune_replay.py: the GDN step on key-contiguous (`vk`) tiles, vLLM's layout and the reference fork's,
+#               also as 1-warp programs and 64-value tiles like the fork's, beside `kv` (BENCHMARKS.md, sixteenth
+#               session: the fork's 320 us GDN step reduces keys inside a warp), 40 + 100 s
 #   accuracy    bench accuracy of GDN over 128K tokens (fp8 / 4-bit copies among its variants: the copies are
 #               re-quantized by reciprocal since 4966168), 60 s
 # Usage: bash benchmarks/gpu/best_window.sh [commit]
@@ -15,10 +16,10 @@ TAIL=12 part verify 100 python3 benchmarks/tune_replay.py --batch 256 --read non
   --verify 4,8 --verify-window 8,16 --out "$OUT/best_window_verify.json"
 TAIL=20 part spec 120 python3 -m replay_compile.cli bench spec --T 4 --batch 256 --acceptance 0.5,0.8,1.0,text \
   --window 8 --steps 8 --out "$OUT/best_window_spec.json"
-for layout in kv vk; do
-  TAIL=6 part "gdn_$layout" 60 python3 benchmarks/tune_replay.py --batch 256 --shapes qwen3.5-122b-gdn --read none \
-    --window 8,16 --layout "$layout" --out "$OUT/best_window_gdn_$layout.json"
-done
+TAIL=6 part gdn_kv 40 python3 benchmarks/tune_replay.py --batch 256 --shapes qwen3.5-122b-gdn --read none \
+  --window 8,16 --out "$OUT/best_window_gdn_kv.json"
+TAIL=10 part gdn_vk 100 python3 benchmarks/tune_replay.py --batch 256 --shapes qwen3.5-122b-gdn --read none \
+  --window 8,16 --layout vk --warps 0,1 --block-v 0,64 --out "$OUT/best_window_gdn_vk.json"
 TAIL=24 part accuracy 60 python3 -m replay_compile.cli bench accuracy --families gated_deltanet --steps 131072 \
   --chunk 128 --max-seconds 45 --out "$OUT/best_window_accuracy.json" --no-progress
 echo total $SECONDS
