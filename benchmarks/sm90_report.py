@@ -8,7 +8,8 @@ multiples of 16 marked), runs Triton's bundled ``ptxas -v`` and prints what it r
     python benchmarks/sm90_report.py nemotron3-super-mamba2,none,1,16 qwen3.5-122b-gdn,fp8,8,24 --batch 256
 
 Each case is ``shape,read,T,L`` (shapes of ``replayssm bench kernels``). ``--dump DIR`` also writes each
-call's TTGIR (the layouts Triton chose) and SASS (count the SHFL / BAR / LDS a change adds or removes);
+call's TTGIR (the layouts Triton chose) and SASS; every line counts SASS instructions and the opcodes in
+``SASS_COUNTED`` (CALL: a division's slow path, BAR, SHFL, shared-memory and spill traffic);
 ``--warps``, ``--block-v``, ``--maxnreg``, ``--items``, ``--fold-unroll`` and ``--stages`` override the tiling,
 ``--layout`` the state layout. Figures are the compiler's, not timings: on
 2026-12-02 a kernel with no spills still ran at half of bandwidth, and on 2026-12-03 a variant with half the
@@ -83,17 +84,28 @@ def report(fn, args, kwargs, dump: str = "") -> str:
             f.write(kernel.asm["ptx"])
         log = subprocess.run([ptxas, "-arch=sm_90a", "-v", ptx, "-o", os.path.join(d, "k.cubin")],
                              capture_output=True, text=True).stderr
-        if dump:
-            with open(dump + ".ttgir", "w") as f:
-                f.write(kernel.asm["ttgir"])
-            sass = subprocess.run([ptxas.replace("ptxas", "cuobjdump"), "-sass", os.path.join(d, "k.cubin")],
-                                  capture_output=True, text=True).stdout
-            with open(dump + ".sass", "w") as f:
-                f.write(sass)
+        sass = subprocess.run([ptxas.replace("ptxas", "cuobjdump"), "-sass", os.path.join(d, "k.cubin")],
+                              capture_output=True, text=True).stdout
+    if dump:
+        with open(dump + ".ttgir", "w") as f:
+            f.write(kernel.asm["ttgir"])
+        with open(dump + ".sass", "w") as f:
+            f.write(sass)
     regs = re.search(r"Used (\d+) registers", log)
     spills = re.search(r"(\d+) bytes spill stores", log)
     return (f"{num_warps} warps, {regs.group(1) if regs else '?'} registers, {spills.group(1) if spills else '?'} "
-            f"bytes spilled, {kernel.metadata.shared} bytes shared memory")
+            f"bytes spilled, {kernel.metadata.shared} bytes shared memory; SASS {_sass_counts(sass)}")
+
+
+# SASS opcodes worth counting when a change is judged on the CPU: a CALL is the slow path of an IEEE division
+# (``div.rn.f32``), BAR a barrier, SHFL a cross-lane reduction step, LDS/STS shared memory, LDL/STL spills
+SASS_COUNTED = ("CALL", "BAR", "SHFL", "LDS", "STS", "LDL", "STL")
+
+
+def _sass_counts(sass: str) -> str:
+    ops = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9]*)", sass)
+    counted = ", ".join(f"{sum(op == name for op in ops)} {name}" for name in SASS_COUNTED)
+    return f"{len(ops)} instructions: {counted}"
 
 
 def main(argv=None) -> int:
