@@ -5,7 +5,10 @@
 #   spec        bench spec: Mamba-2 and GDN shapes, T = 4, acceptance 0.5 / 0.8 / 1.0 / text, L = 8, 120 s
 #   gdn_kv/vk   tune_replay.py: the GDN step on key-contiguous (`vk`) tiles, vLLM's layout and the reference fork's,
 #               also as 1-warp programs and 64-value tiles like the fork's, beside `kv` (BENCHMARKS.md, sixteenth
-#               session: the fork's 320 us GDN step reduces keys inside a warp), 40 + 100 s
+#               session: the fork's 320 us GDN step reduces keys inside a warp), 40 + 100 s. sm_90 compile of the
+#               step (`sm90_report.py qwen3.5-122b-gdn,none,1,8 --layout vk [...]`, no commit): kv default 2 warps,
+#               168 registers, 20 bytes spilled; vk default 2 warps / 128 / 48; vk 1 warp 255 / 24; vk 64-value
+#               tiles 8 warps / 115 / 0; vk 1 warp with 64-value tiles 11132 bytes spilled (expect it to lose)
 #   accuracy    bench accuracy of GDN over 128K tokens (fp8 / 4-bit copies among its variants: the copies are
 #               re-quantized by reciprocal since 4966168), 60 s
 # Usage: bash benchmarks/gpu/best_window.sh [commit]
