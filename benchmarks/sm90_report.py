@@ -18,6 +18,7 @@ shuffles ran slower (BENCHMARKS.md).
 from __future__ import annotations
 
 import argparse
+import collections
 import inspect
 import os
 import re
@@ -103,9 +104,8 @@ SASS_COUNTED = ("CALL", "BAR", "SHFL", "LDS", "STS", "LDL", "STL")
 
 
 def _sass_counts(sass: str) -> str:
-    ops = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9]*)", sass)
-    counted = ", ".join(f"{sum(op == name for op in ops)} {name}" for name in SASS_COUNTED)
-    return f"{len(ops)} instructions: {counted}"
+    ops = collections.Counter(re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9]*)", sass))
+    return f"{ops.total()} instructions: " + ", ".join(f"{ops[name]} {name}" for name in SASS_COUNTED)
 
 
 def main(argv=None) -> int:

@@ -107,7 +107,7 @@ def main(argv=None) -> int:
             try:
                 us, _ = timer(ver)
             except Exception as e:  # noqa: BLE001
-                print(f"  verify T={T} bv={bv} nw={nw} mr={mr}: {type(e).__name__}: {str(e)[:150]}")
+                print(f"  verify T={T} L={L} bv={bv} nw={nw} mr={mr}: {type(e).__name__}: {str(e)[:150]}")
                 continue
             rows.append(dict(shape=name, layout=shape.layout, batch=B, kind="verify", T=T, L=L, read=args.verify_read,
                              block_v=bv, warps=nw, maxnreg=mr, us=us, vs_std=us / std_us))
