@@ -156,14 +156,6 @@ def _scaled(S, log_a, DECAY: tl.constexpr):
 
 
 @triton.jit
-def _decayed(S, rla, xla, i, n_ring, n_total, LS: tl.constexpr, offs_k, mask_k, DECAY: tl.constexpr, CD: tl.constexpr):
-    """``a_i * S``: the ``[BK, BV]`` tile times record ``i``'s decay (a scalar or one per key channel)."""
-    if DECAY > 0:
-        S = _scaled(S, _log_decay(rla, xla, i, n_ring, n_total, LS, offs_k, mask_k, DECAY, CD), DECAY)
-    return S
-
-
-@triton.jit
 def _fold(S, rk, rla, ru, xk, xla, n_ring, n_total, offs_k, mask_k, offs_v, mask_v,
           KS: tl.constexpr, LS: tl.constexpr, US: tl.constexpr, L: tl.constexpr, BL: tl.constexpr,
           DECAY: tl.constexpr, CD: tl.constexpr, UNROLL: tl.constexpr):
@@ -201,17 +193,26 @@ def _fold_raw(S, rk, rla, rv, rbeta, xk, xla, xv, xbeta, n_ring, n_new, offs_k, 
               DECAY: tl.constexpr, CD: tl.constexpr, UNROLL: tl.constexpr):
     """The true delta recurrence over raw records ``(log_a, k, v, beta)``, from the exact checkpoint ``S``.
 
-    Runs ``L`` predicated iterations (records past ``n_ring + n_new`` leave ``S`` unchanged): the trip
-    count stays a compile-time constant (the interpreter cannot loop to a device value).
+    Runs ``L`` iterations (the trip count stays a compile-time constant: the interpreter cannot loop to a
+    device value); records past ``n_ring + n_new`` load as ``k, log_a = 0`` and get ``u = 0``, which leaves
+    ``S`` unchanged (``1 * S + 0 * 0``) without a select of the whole tile.
     """
     n_total = n_ring + n_new
     for i in tl.range(0, L, loop_unroll_factor=UNROLL):
         k_i = _record(rk, xk, KS, i, n_ring, n_total, offs_k, mask_k, CD)
         v_i = _record(rv, xv, US, i, n_ring, n_total, offs_v, mask_v, CD)
         beta_i = _record(rbeta, xbeta, BS, i, n_ring, n_total, 0, True, CD)
-        S_i = _decayed(S, rla, xla, i, n_ring, n_total, LS, offs_k, mask_k, DECAY, CD)
-        u = beta_i * (v_i - tl.sum(S_i * k_i[:, None], 0))
-        S = tl.where(i < n_total, S_i + k_i[:, None] * u[None, :], S)
+        if DECAY > 0:
+            a_i = tl.exp(_log_decay(rla, xla, i, n_ring, n_total, LS, offs_k, mask_k, DECAY, CD))
+        else:
+            a_i = 1.0
+        u = beta_i * (v_i - _tile_dot(S, a_i * k_i))  # (a_i S)^T k_i without a decayed copy of the tile
+        u = tl.where(i < n_total, u, 0.0)  # a non-finite checkpoint must not spread through a padding record
+        if DECAY == 2:
+            S = S * a_i[:, None]
+        elif DECAY == 1:
+            S = S * a_i
+        S += k_i[:, None] * u[None, :]
     return S
 
 
