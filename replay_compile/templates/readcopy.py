@@ -64,16 +64,15 @@ def _fp4_magnitude(code):
 
 
 @triton.jit
-def load_read_tile(data, row_scale, block_scale, head_off, offs_k, offs_v, mask_kv, use,
+def load_read_tile(data, row_scale, block_scale, head_off, offs_k, offs_v, mask_kv,
                    K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
                    READ: tl.constexpr, CD: tl.constexpr):
     """Dequantized ``[BK, BV]`` tile of one (slot, head) at keys ``offs_k`` and values ``offs_v``.
 
-    ``head_off`` is the (slot, head) index ``slot * Hv + h``; nothing is read unless ``use`` (a scalar
-    predicate). 16-bit and fp8 copies are loaded in the ``[K, V]`` orientation directly; e2m1 codes are
+    ``head_off`` is the (slot, head) index ``slot * Hv + h``. 16-bit and fp8 copies are loaded in the ``[K, V]`` orientation directly; e2m1 codes are
     unpacked along keys as ``[BV, BK]`` and transposed.
     """
-    vmask = (offs_v < V) & use
+    vmask = offs_v < V
     if READ == 3:
         KP: tl.constexpr = (K + 15) // 16 * 16
         half = tl.arange(0, BK // 2)
@@ -90,25 +89,25 @@ def load_read_tile(data, row_scale, block_scale, head_off, offs_k, offs_v, mask_
         bs = b * s[:, None]
         x = tl.trans(tl.reshape(tl.reshape(val, (BV, BK // 16, 16)) * bs[:, :, None], (BV, BK)))
     else:
-        x = tl.load(data + head_off * V * K + offs_k[:, None] + offs_v[None, :] * K, mask=mask_kv & use).to(tl.float32)
+        x = tl.load(data + head_off * V * K + offs_k[:, None] + offs_v[None, :] * K, mask=mask_kv).to(tl.float32)
         if READ == 2:
             x = x * tl.load(row_scale + head_off * V + offs_v, mask=vmask, other=1.0)[None, :]
     return tl.where(mask_kv, x, 0.0).to(CD)  # masked lanes of fp8 loads are undefined (no fp8 "other")
 
 
 @triton.jit
-def store_read_tile(stored, data, row_scale, block_scale, head_off, offs_k, offs_v, mask_kv, write,
+def store_read_tile(stored, data, row_scale, block_scale, head_off, offs_k, offs_v, mask_kv,
                     K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, READ: tl.constexpr):
-    """Quantize the stored checkpoint tile ``stored [BK, BV]`` (fp32) into the read copy (if ``write``)."""
+    """Quantize the stored checkpoint tile ``stored [BK, BV]`` (fp32) into the read copy."""
     x = tl.where(mask_kv, stored, 0.0)
     vmask = offs_v < V
     if READ == 1:
-        tl.store(data + head_off * V * K + offs_k[:, None] + offs_v[None, :] * K, x, mask=mask_kv & write)
+        tl.store(data + head_off * V * K + offs_k[:, None] + offs_v[None, :] * K, x, mask=mask_kv)
     elif READ == 2:
         s = _row_scale(tl.max(tl.abs(x), 0), FP8_MAX)
         q = (x * _reciprocal(s)[None, :]).to(tl.float8e4nv)  # NOTE [read-copy reciprocals]
-        tl.store(data + head_off * V * K + offs_k[:, None] + offs_v[None, :] * K, q, mask=mask_kv & write)
-        tl.store(row_scale + head_off * V + offs_v, s, mask=vmask & write)
+        tl.store(data + head_off * V * K + offs_k[:, None] + offs_v[None, :] * K, q, mask=mask_kv)
+        tl.store(row_scale + head_off * V + offs_v, s, mask=vmask)
     elif READ == 3:
         phys = tl.trans(x)  # [BV, BK]: e2m1 blocks of 16 keys
         KP: tl.constexpr = (K + 15) // 16 * 16
@@ -126,8 +125,8 @@ def store_read_tile(stored, data, row_scale, block_scale, head_off, offs_k, offs
         byte = (lo | (hi << 4)).to(tl.uint8)
         half = tl.arange(0, BK // 2)
         tl.store(data + head_off * V * (KP // 2) + offs_v[:, None] * (KP // 2) + half[None, :], byte,
-                 mask=(vmask[:, None] & (half < KP // 2)[None, :]) & write)
+                 mask=vmask[:, None] & (half < KP // 2)[None, :])
         blk = tl.arange(0, BK // 16)
         tl.store(block_scale + head_off * V * nb + offs_v[:, None] * nb + blk[None, :], b8,
-                 mask=(vmask[:, None] & (blk < nb)[None, :]) & write)
-        tl.store(row_scale + head_off * V + offs_v, s, mask=vmask & write)
+                 mask=vmask[:, None] & (blk < nb)[None, :])
+        tl.store(row_scale + head_off * V + offs_v, s, mask=vmask)

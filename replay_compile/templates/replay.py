@@ -233,10 +233,10 @@ def _fold_window(S, rk, rla, ru, rv, rbeta, xk, xla, xv, xbeta, n_ring, n_new, o
 
 @triton.jit
 def _store_checkpoint(new, state, s_tile, mask_kv, read_data, read_row_scale, read_block_scale, flushes, seed, slot,
-                      flush, head, h, offs_k, offs_v, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr,
+                      head, h, offs_k, offs_v, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr,
                       BV: tl.constexpr, READ: tl.constexpr, LAYOUT_KV: tl.constexpr, SR: tl.constexpr, SR_MANT: tl.constexpr,
                       SR_EMIN: tl.constexpr, CD: tl.constexpr):
-    """A flushing row (``flush``) writes its folded tile ``new [BK, BV]`` to the checkpoint (stochastically rounded to a
+    """A flushing row writes its folded tile ``new [BK, BV]`` to the checkpoint (stochastically rounded to a
     16-bit checkpoint under ``SR``, seeded per slot, flush and element) and re-quantizes the read copy from it."""
     if SR:
         if LAYOUT_KV:
@@ -250,7 +250,7 @@ def _store_checkpoint(new, state, s_tile, mask_kv, read_data, read_row_scale, re
     tl.store(s_tile, stored.to(state.dtype.element_ty), mask=mask_kv)
     if READ > 0:
         store_read_tile(stored.to(tl.float32), read_data, read_row_scale, read_block_scale, head, offs_k, offs_v,
-                        mask_kv, flush, K, V, BK, BV, READ)
+                        mask_kv, K, V, BK, BV, READ)
 
 
 @triton.jit
@@ -525,7 +525,7 @@ def replay_kernel(
                         base = tl.load(s_tile, mask=mask_kv, other=0.0).to(CD)
                     elif READ > 0:
                         base = load_read_tile(read_data, read_row_scale, read_block_scale, head, offs_k, offs_v,
-                                              mask_kv, True, K, V, BK, BV, READ, CD)
+                                              mask_kv, K, V, BK, BV, READ, CD)
                         if loop == 1:
                             if flush:
                                 base = tl.load(s_tile, mask=mask_kv, other=0.0).to(CD)
@@ -553,7 +553,7 @@ def replay_kernel(
                                                FOLD_UNROLL)
                         if flush:
                             _store_checkpoint(new, state, s_tile, mask_kv, read_data, read_row_scale, read_block_scale,
-                                              flushes, seed, slot, flush, head, h, offs_k, offs_v, K, V, BK, BV, READ,
+                                              flushes, seed, slot, head, h, offs_k, offs_v, K, V, BK, BV, READ,
                                               LAYOUT_KV, SR, SR_MANT, SR_EMIN, CD)
     tl.store(nonfinite + slot, tl.full([], 1, tl.uint8), mask=bad & live)
     if live:
