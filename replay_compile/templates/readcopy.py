@@ -69,8 +69,8 @@ def load_read_tile(data, row_scale, block_scale, head_off, offs_k, offs_v, mask_
                    READ: tl.constexpr, CD: tl.constexpr):
     """Dequantized ``[BK, BV]`` tile of one (slot, head) at keys ``offs_k`` and values ``offs_v``.
 
-    ``head_off`` is the (slot, head) index ``slot * Hv + h``. 16-bit and fp8 copies are loaded in the ``[K, V]`` orientation directly; e2m1 codes are
-    unpacked along keys as ``[BV, BK]`` and transposed.
+    ``head_off`` is the (slot, head) index ``slot * Hv + h``. 16-bit and fp8 copies are loaded in the
+    ``[K, V]`` orientation directly; e2m1 codes are unpacked along keys as ``[BV, BK]`` and transposed.
     """
     vmask = offs_v < V
     if READ == 3:
