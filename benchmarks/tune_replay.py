@@ -6,7 +6,9 @@ and ``nf`` (the same call without committing: no row flushes, the cursors stay p
 alone), beside our standard kernel, with GB/s against the copy bandwidth of the same run and the step's ceiling
 (its speedup over the standard kernel if it moved its bytes at 100% of that bandwidth); ``--verify T,...``
 adds a verify of T tokens + commit of all (L = w + T for each ``--verify-window`` w, default 16; fp32 checkpoint unless
-``--verify-read``) per (block_v, num_warps, maxnreg).
+``--verify-read``) per (block_v, num_warps, maxnreg) on the token loop, and per ``--verify-form`` variant (``tokens``:
+the token loop; ``chunked`` with optional ``key=value`` overrides of ``templates/verify.py``'s tiling, e.g.
+``chunked:bv=32,nw=2,kc=64,st=1,dot=ieee``).
 
     python benchmarks/tune_replay.py --batch 256 --out tune.json
 """
@@ -27,6 +29,25 @@ from replay_compile.runtime import triton_impl
 from replay_compile.templates.standard import standard_step
 
 
+_VERIFY_KEYS = {"bv": ("block_v", int), "kc": ("key_chunk", int), "nw": ("num_warps", int), "st": ("stages", int),
+                "dot": ("dot", str)}
+
+
+def verify_form(form: str) -> dict:
+    """``advance_into`` keywords of a ``--verify-form`` variant."""
+    name, _, opts = form.partition(":")
+    if name == "auto":
+        return {}
+    if name == "tokens":
+        return {"chunked": False}
+    tiling = {}
+    for item in filter(None, opts.split(",")):
+        key, _, val = item.partition("=")
+        kw, conv = _VERIFY_KEYS[key]
+        tiling[kw] = conv(val)
+    return {"chunked": True, "verify_tiling": tiling}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--shapes", type=comma_list(str), default=["nemotron3-super-mamba2", "qwen3.5-122b-gdn", "kimi-linear-kda"])
@@ -43,6 +64,9 @@ def main(argv=None) -> int:
     p.add_argument("--verify", type=comma_list(int), default=[])
     p.add_argument("--verify-window", type=comma_list(int), default=[16], help="verify rows use L = w + T for each w "
                    "(as bench kernels)")
+    p.add_argument("--verify-form", type=lambda s: s.split(";"), default=["auto"],
+                   help="verify variants separated by ';': auto (the runtime's choice), tokens, or "
+                        "chunked[:bv=,kc=,nw=,st=,dot=] (templates/verify.py's tiling)")
     p.add_argument("--verify-read", default="none", help="read copy of the verify rows' state (none, bf16, fp8, fp4)")
     p.add_argument("--layout", choices=("kv", "vk"), help="state layout instead of the model's (e.g. GDN with keys "
                    "contiguous, as vLLM stores it)")
@@ -93,14 +117,15 @@ def main(argv=None) -> int:
                   f"{r['speedup']:.2f}x std of {r['ceiling']:.2f}x)  non-flush {nf_us:7.1f} us ({r['nf_bw']:.0%} bw)",
                   flush=True)
             del rs
-        for T, w, bv, nw, mr in itertools.product(args.verify, args.verify_window, args.block_v, args.warps,
-                                                  args.maxnreg):
+        for T, w, bv, nw, mr, form in itertools.product(args.verify, args.verify_window, args.block_v, args.warps,
+                                                        args.maxnreg, args.verify_form):
             L = w + T
             xv = draw_inputs(shape, B, T, "cuda", seed=B + T)
             rs = staggered_replay_state(shape, B, L, "cuda", args.verify_read, tokens=T)
             n_all = torch.full((B,), T, dtype=torch.int64, device="cuda")
             out = torch.empty(B, T, rs.num_heads, rs.head_v, device="cuda")
             kw = {k: val for k, val in (("block_v", bv), ("num_warps", nw), ("max_registers", mr)) if val}
+            kw.update(verify_form(form))
             def ver():  # rs.verify + rs.commit, with the tiling overrides
                 triton_impl.advance_into(rs, xv, None, out, commit=False, force_flush=False, **kw)
                 triton_impl.commit(rs, n_all, None)
@@ -110,8 +135,8 @@ def main(argv=None) -> int:
                 print(f"  verify T={T} L={L} bv={bv} nw={nw} mr={mr}: {type(e).__name__}: {str(e)[:150]}")
                 continue
             rows.append(dict(shape=name, layout=shape.layout, batch=B, kind="verify", T=T, L=L, read=args.verify_read,
-                             block_v=bv, warps=nw, maxnreg=mr, us=us, vs_std=us / std_us))
-            print(f"  verify T={T} L={L} {args.verify_read} bv={bv} nw={nw} mr={mr}: {us:.1f} us = "
+                             block_v=bv, warps=nw, maxnreg=mr, form=form, us=us, vs_std=us / std_us))
+            print(f"  verify T={T} L={L} {args.verify_read} {form} bv={bv} nw={nw} mr={mr}: {us:.1f} us = "
                   f"{us / std_us:.2f}x std step", flush=True)
             del rs
         with open(args.out, "w") as f:

@@ -1,7 +1,8 @@
 """Triton implementation of the replay operations (same interface and semantics as ``reference.py``).
 
 ``advance`` runs one replay call (decode step, verify of T tokens, or the standard route with
-``force_flush``) as one launch of the replay template, whose last program of each row moves the row's
+``force_flush``) as one launch of the replay template, or, for the verifies it claims
+(``templates/verify.py``), of the chunked verify template; the last program of each row moves the row's
 cursors (``templates/cursors.py`` NOTE [the last program moves the cursors]).
 ``commit`` is one tiny launch; ``materialize`` is the replay template with no tokens. Nothing here
 reads a device value on the host, so every operation can be captured in a CUDA graph.
@@ -20,7 +21,7 @@ from typing import Optional
 import torch
 
 from ..families.base import Canonical
-from ..templates import replay
+from ..templates import replay, verify
 
 def _buffers(rs) -> replay.ReplayBuffers:
     return replay.ReplayBuffers(state=rs.state, ring=rs.ring, read=rs.read, count=rs.count,
@@ -41,13 +42,23 @@ def _slots(slots: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
 def advance_into(rs, x: Canonical, slots, out: torch.Tensor, *, commit: bool, force_flush: bool,
                  block_v: Optional[int] = None, num_warps: Optional[int] = None,
                  max_registers: Optional[int] = None, items: Optional[int] = None,
-                 fold_unroll: Optional[int] = None, nonflush_stages: Optional[int] = None) -> torch.Tensor:
+                 fold_unroll: Optional[int] = None, nonflush_stages: Optional[int] = None,
+                 chunked: Optional[bool] = None, verify_tiling: Optional[dict] = None) -> torch.Tensor:
     """:func:`advance` writing into ``out [B, T, Hv, V]`` (contiguous, compute dtype); the keywords override
-    ``templates.replay.tiling`` (tuning tools and tests)."""
+    ``templates.replay.tiling`` and ``templates.verify.tiling`` (``verify_tiling``), and ``chunked`` the choice
+    of template (tuning tools and tests)."""
     B, T = x.q.shape[:2]
     if out.shape != (B, T, rs.num_heads, rs.head_v) or out.dtype != rs.compute_dtype or not out.is_contiguous():
         raise ValueError(f"out must be a contiguous {rs.compute_dtype} tensor [{B}, {T}, {rs.num_heads}, {rs.head_v}]")
-    replay.launch(_buffers(rs), _spec(rs), x, _slots(slots), out, commit=commit, force_flush=force_flush,
+    spec = _spec(rs)
+    claimed = verify.claims(spec, T, rs.compute_dtype, commit=commit, force_flush=force_flush, materialize=False)
+    if chunked and not claimed:
+        raise ValueError("the chunked verify serves verifies (T >= 2, no commit) of scalar or no decay on fp32 "
+                         "states without a read copy")
+    if claimed if chunked is None else chunked:
+        verify.launch(_buffers(rs), spec, x, _slots(slots), out, **(verify_tiling or {}))
+        return out
+    replay.launch(_buffers(rs), spec, x, _slots(slots), out, commit=commit, force_flush=force_flush,
                   materialize=False, block_v=block_v, num_warps=num_warps, max_registers=max_registers,
                   items=items, fold_unroll=fold_unroll, nonflush_stages=nonflush_stages)
     return out

@@ -1,0 +1,272 @@
+"""The chunked verify template: a speculative verify of ``T`` draft tokens as small matrix products.
+
+One program owns one row, one value head and one value tile ``[BV]``. It walks the checkpoint's key axis in
+chunks of ``BKC`` keys and takes every read the call needs from each chunk at once, as products on the tensor
+cores; the tile is never whole in registers, and no product waits on another token. After the walk, the
+window (the row's committed records) and the draft tokens' mutual dependence are a few ``[BT, *]`` products and
+a ``T x T`` unit lower-triangular inverse (the WY form of the delta rule). Rows whose window cannot take the
+``T`` drafts (``pre``, NOTE [flush points] in ``runtime/reference.py``) also walk the chunks a second time to fold
+the committed records into the checkpoint. Per-row phases come from the device cursors, and the last program of
+a row moves them (NOTE [the last program moves the cursors]): one launch, no host sync, CUDA-graph safe.
+
+# NOTE [chunked verify algebra]
+Scalar (or no) decay, ring records ``(k_j, u_j, log_a_j)`` for ``j < c``, draft tokens ``t < T``. With
+``Gc`` the decay of the whole window, ``W_j`` the decay after record ``j`` to the window's end, ``D_t`` the decay
+from the window's end through token ``t`` and ``E[t, s]`` that from token ``s`` to ``t`` (``s <= t``)::
+
+    PQ = Q S_c      HQ = Q Kh^T      KQ = Q Kd^T         (reads of one walk over key chunks)
+    PK = K S_c      HK = K Kh^T      KK = K Kd^T         (delta rule)
+    X_q = D * (Gc PQ + (HQ * W) Uh)                       the tokens' reads of the window (decayed to them)
+    X_k = D * (Gc PK + (HK * W) Uh)
+    U   = (I + A)^-1 (beta * (V - X_k)),  A[t, s] = beta_t E[t, s] KK[t, s]  (s < t)   (no delta rule: U = V)
+    O   = X_q + (E * KQ) U                                (E * KQ lower triangular with its diagonal)
+
+which is ``reference.py``'s token loop reassociated: token ``t``'s update reads ``S_{p-1}`` decayed by ``a_p``
+(the window, then the earlier drafts), and its output reads ``S_p`` (its own record included). Every decay is
+the exponential of a sum of log-decays over the positions between two points (``tl.cumsum`` of masked
+log-decays), never a difference of prefix sums, so ``log_a = -inf`` gives 0, not NaN (NOTE [window weights
+without differences] in ``replay.py``). A ``pre`` row's outputs use the same algebra (its records are still its
+window), and its fold ``S_c <- Gc S_c + (Kh * W)^T Uh`` is one more product per chunk, stored chunk by chunk.
+
+# NOTE [verify product precision]
+The products take fp32 operands as three TF32 tensor-core passes (``tf32x3``: about fp32's accuracy, the
+checkpoint's ~1e-6 relative error in the tests). ``dot="ieee"`` runs them as FMA loops instead, ``"tf32"`` in
+one pass (inexact: ~1e-3 of every read; a tuning point only). Float64 states keep the token loop.
+The GPU compiler wants 16 rows and inner dims, so ``BT``, ``BC`` and ``BKC`` are at least 16.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from .cursors import finalize_row, load_row, row_phase
+from .sround import SR_FORMATS, slot_seed, stochastic_round
+
+
+@triton.jit
+def _mm(a, b, DOT: tl.constexpr):
+    """``a @ b`` of fp32 operands (NOTE [verify product precision])."""
+    return tl.dot(a, b, input_precision=DOT)
+
+
+@triton.jit
+def _rows(ptr, rows, n, stride, cols, col_mask, CD: tl.constexpr):
+    """``[R, C]`` records ``ptr + r * stride + c`` for rows ``r < n`` (0 elsewhere)."""
+    m = (rows < n)[:, None] & col_mask[None, :]
+    return tl.load(ptr + rows[:, None] * stride + cols[None, :], mask=m, other=0.0).to(CD)
+
+
+@triton.jit
+def _nonfinite(x):
+    return tl.sum((~(tl.abs(x) < float("inf"))).to(tl.int32)) > 0
+
+
+@triton.jit
+def _decays(rla, xla, c, j, tt, T: tl.constexpr, LS: tl.constexpr, DECAY: tl.constexpr, CD: tl.constexpr):
+    """``(Gc, W [BC], D [BT], E [BT, BT])`` of NOTE [chunked verify algebra] (all ones without decay)."""
+    if DECAY == 1:
+        la_h = tl.load(rla + j * LS, mask=j < c, other=0.0).to(CD)
+        la_next = tl.load(rla + (j + 1) * LS, mask=j + 1 < c, other=0.0).to(CD)
+        Gc = tl.exp(tl.sum(la_h, 0))
+        W = tl.exp(tl.cumsum(la_next, 0, reverse=True))  # sum over j < r < c
+        la_d = tl.load(xla + tt * LS, mask=tt < T, other=0.0).to(CD)
+        D = tl.exp(tl.cumsum(la_d, 0))
+        later = tt[:, None] > tt[None, :]  # [r, s]: r > s
+        E = tl.exp(tl.cumsum(tl.where(later, la_d[:, None], 0.0), 0))  # [t, s]: sum over s < r <= t
+    else:
+        Gc = tl.full([], 1.0, CD)
+        W = tl.full(j.shape, 1.0, CD)
+        D = tl.full(tt.shape, 1.0, CD)
+        E = tl.full([tt.shape[0], tt.shape[0]], 1.0, CD)
+    return Gc, W, D, E
+
+
+@triton.jit
+def _unit_lower_inverse(A, tt, T: tl.constexpr):
+    """``(I + A)^-1`` for strictly lower-triangular ``A [BT, BT]``, by forward substitution over its ``T`` rows."""
+    eye = (tt[:, None] == tt[None, :]).to(A.dtype)
+    X = eye
+    for i in tl.static_range(1, T):
+        a_i = tl.sum(tl.where((tt == i)[:, None], A, 0.0), 0)  # row i of A
+        row = tl.sum(a_i[:, None] * X, 0)  # sum_s A[i, s] X[s, :]
+        X = tl.where((tt == i)[:, None], X - row[None, :], X)
+    return X
+
+
+@triton.jit
+def verify_kernel(
+    state, q, k, v, log_a, beta, out, slots,
+    ring_k, ring_u, ring_la,
+    count, flushes, nonfinite, tickets, seed,
+    stride_sn, stride_sh, stride_sk, stride_sv,
+    T: tl.constexpr, L: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, HV: tl.constexpr, GROUP: tl.constexpr,
+    K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BKC: tl.constexpr, BV: tl.constexpr,
+    DECAY: tl.constexpr, DELTA: tl.constexpr, HAS_SLOTS: tl.constexpr,
+    LAYOUT_KV: tl.constexpr, SR: tl.constexpr, SR_MANT: tl.constexpr, SR_EMIN: tl.constexpr, CD: tl.constexpr,
+    DOT: tl.constexpr,
+    BHV: tl.constexpr, BHK: tl.constexpr, STAGES: tl.constexpr,
+):
+    """Row ``b``, value head ``h``, value tile ``vt`` of a verify of ``T`` tokens (no commit).
+
+    Inputs (contiguous): ``q, k [B, T, HK, K]``, ``v [B, T, HV, V]``, ``log_a, beta [B, T, HV]``; output
+    ``out [B, T, HV, V]``. Ring (contiguous): ``k [N, L, HK, K]``, ``u [N, L, HV, V]``, ``log_a [N, L, HV]``.
+    The checkpoint is addressed through its strides (``stride_sk / stride_sv`` step along keys / values).
+    """
+    NVT: tl.constexpr = (V + BV - 1) // BV
+    HK: tl.constexpr = HV // GROUP
+    KS: tl.constexpr = HK * K
+    US: tl.constexpr = HV * V
+    b = tl.program_id(1).to(tl.int64)
+    h = tl.program_id(0) // NVT
+    vt = tl.program_id(0) % NVT
+    hk = h // GROUP
+    slot, live, c = load_row(slots, count, b, L, HAS_SLOTS)
+    pre, post, count0 = row_phase(c, live, T, L, False, False, False)
+
+    tt = tl.arange(0, BT)
+    j = tl.arange(0, BC)
+    offs_v = vt * BV + tl.arange(0, BV)
+    mask_v = offs_v < V
+    toks = tt < T
+    xq = q + b * T * KS + hk * K
+    xk = k + b * T * KS + hk * K
+    rk = ring_k + slot * L * KS + hk * K
+    ru = ring_u + slot * L * US + h * V
+    s_head = state + slot * stride_sn + h * stride_sh
+    bad = live & (c < 0)
+
+    # one walk over key chunks: every read of the checkpoint, the window's keys and the drafts' keys
+    PQ = tl.zeros([BT, BV], CD)
+    PK = PQ
+    HQ = tl.zeros([BT, BC], CD)
+    HK_ = HQ
+    KQ = tl.zeros([BT, BT], CD)
+    KK = KQ
+    for kc in tl.range(0, BK // BKC, num_stages=STAGES):
+        kk = kc * BKC + tl.arange(0, BKC)
+        mk = kk < K
+        S = tl.load(s_head + kk[:, None] * stride_sk + offs_v[None, :] * stride_sv,
+                    mask=mk[:, None] & mask_v[None, :], other=0.0).to(CD)
+        Qc = _rows(xq, tt, T, KS, kk, mk, CD)
+        Kc = _rows(xk, tt, T, KS, kk, mk, CD)
+        Kh = _rows(rk, j, c, KS, kk, mk, CD)
+        bad = bad | _nonfinite(Qc) | _nonfinite(Kc)
+        PQ += _mm(Qc, S, DOT)
+        HQ += _mm(Qc, tl.trans(Kh), DOT)
+        KQ += _mm(Qc, tl.trans(Kc), DOT)
+        if DELTA:
+            PK += _mm(Kc, S, DOT)
+            HK_ += _mm(Kc, tl.trans(Kh), DOT)
+            KK += _mm(Kc, tl.trans(Kc), DOT)
+
+    Gc, W, D, E = _decays(ring_la + slot * L * HV + h, log_a + b * T * HV + h, c, j, tt, T, HV, DECAY, CD)
+    Uh = _rows(ru, j, c, US, offs_v, mask_v, CD)  # [BC, BV] the window's updates
+    XQ = D[:, None] * (Gc * PQ + _mm(HQ * W[None, :], Uh, DOT))
+    U = _rows(v + b * T * US + h * V, tt, T, US, offs_v, mask_v, CD)  # [BT, BV] the drafts' v
+    bad = bad | _nonfinite(U)
+    if DECAY == 1:
+        bad = bad | _nonfinite(tl.load(log_a + b * T * HV + h + tt * HV, mask=toks, other=0.0))
+    lower = tt[:, None] > tt[None, :]
+    if DELTA:
+        beta_d = tl.load(beta + b * T * HV + h + tt * HV, mask=toks, other=0.0).to(CD)
+        bad = bad | _nonfinite(beta_d)
+        XK = D[:, None] * (Gc * PK + _mm(HK_ * W[None, :], Uh, DOT))
+        A = tl.where(lower, beta_d[:, None] * E * KK, 0.0)
+        U = _mm(_unit_lower_inverse(A, tt, T), beta_d[:, None] * (U - XK), DOT)
+    O = XQ + _mm(tl.where(lower | (tt[:, None] == tt[None, :]), E * KQ, 0.0), U, DOT)
+    tl.store(out + ((b * T + tt[:, None]) * HV + h) * V + offs_v[None, :], tl.where(live, O, 0.0),
+             mask=toks[:, None] & mask_v[None, :])
+
+    if pre:  # NOTE [flush points]: fold the committed records into the checkpoint, chunk by chunk
+        for kc in tl.range(0, BK // BKC):
+            kk = kc * BKC + tl.arange(0, BKC)
+            mk = kk < K
+            mask_kv = mk[:, None] & mask_v[None, :]
+            s_chunk = s_head + kk[:, None] * stride_sk + offs_v[None, :] * stride_sv
+            S = tl.load(s_chunk, mask=mask_kv, other=0.0).to(CD)
+            Kh = _rows(rk, j, c, KS, kk, mk, CD)
+            new = Gc * S + _mm(tl.trans(Kh * W[:, None]), Uh, DOT)
+            if SR:  # seeded per slot, flush and element, as replay._store_checkpoint
+                if LAYOUT_KV:
+                    phys = kk[:, None] * V + offs_v[None, :]
+                else:
+                    phys = offs_v[None, :] * K + kk[:, None]
+                new = stochastic_round(new, slot_seed(seed, slot, tl.load(flushes + slot)),
+                                       (h * K * V + phys).to(tl.int32), SR_MANT, SR_EMIN)
+            tl.store(s_chunk, new.to(state.dtype.element_ty), mask=mask_kv)
+
+    tl.debug_barrier()  # every thread has read the window's updates before the drafts' overwrite a pre row's
+    pos = count0 + tt
+    tl.store(ru + pos[:, None] * US + offs_v[None, :], U, mask=(toks & live)[:, None] & mask_v[None, :])
+    tl.store(nonfinite + slot, tl.full([], 1, tl.uint8), mask=bad & live)
+    if live:
+        # NOTE [the last program moves the cursors]
+        tl.debug_barrier()
+        ticket = tl.atomic_add(tickets + slot, 1, sem="acq_rel")
+        if ticket == tl.num_programs(0) - 1:
+            finalize_row(k, log_a, beta, ring_k, ring_la, ring_la, count, flushes, b, slot, live, pre, post,
+                         count0, T, L, HV, HK, K, BHV, BHK, BK, DECAY, False, False)
+            tl.store(tickets + slot, 0)
+
+
+
+# ------------------------------------------------------------------------------------------ launcher
+class VerifyTiling(NamedTuple):
+    """Block sizes of a chunked verify launch (grid ``(Hv * value tiles, rows)``)."""
+
+    BT: int   # draft tokens, padded (>= 16: product rows and inner dims)
+    BC: int   # window positions, padded (>= 16)
+    BK: int   # keys, padded to whole chunks
+    BKC: int  # keys per chunk
+    BV: int   # value columns per program
+    num_warps: int
+    stages: int  # software-pipelining stages of the chunk walk
+    dot: str  # input precision of the fp32 products (NOTE [verify product precision])
+
+
+def claims(spec, T: int, compute_dtype: torch.dtype, *, commit: bool, force_flush: bool, materialize: bool) -> bool:
+    """Whether a call runs as a chunked verify: a verify (``T >= 2``, no commit) of scalar or no decay on an fp32
+    compute dtype without a read copy (read copies, per-channel decay and float64 keep the token loop)."""
+    return (T >= 2 and not (commit or force_flush or materialize) and spec.read_format is None
+            and spec.decay in ("none", "scalar") and compute_dtype == torch.float32)
+
+
+def tiling(K: int, V: int, T: int, L: int, key_chunk: Optional[int] = None, block_v: Optional[int] = None,
+           num_warps: Optional[int] = None, stages: Optional[int] = None, dot: Optional[str] = None) -> VerifyTiling:
+    """Defaults: chunks of 32 keys, value tiles of up to 64 columns, 4 warps, 2 stages, 3xTF32 products."""
+    BKC = max(16, min(key_chunk or 32, triton.next_power_of_2(K)))
+    BK = max(triton.next_power_of_2(K), BKC)
+    BV = block_v or min(triton.next_power_of_2(V), 64)
+    return VerifyTiling(max(16, triton.next_power_of_2(T)), max(16, triton.next_power_of_2(L)), BK, BKC, BV,
+                        num_warps or 4, 2 if stages is None else stages, dot or "tf32x3")
+
+
+def launch(buf, spec, x, slots: Optional[torch.Tensor], out: torch.Tensor, **overrides) -> None:
+    """A verify of ``T`` draft tokens per row (``x`` inputs ``[B, T, ...]``, ``out [B, T, Hv, V]`` contiguous) as
+    one launch of :func:`verify_kernel`; ``overrides`` are :func:`tiling`'s keywords. ``slots [B]`` (-1 = padding)
+    or None (row b is slot b)."""
+    state, ring = buf.state, buf.ring
+    Hv = state.shape[1]
+    K, V = (state.shape[2], state.shape[3]) if spec.layout == "kv" else (state.shape[3], state.shape[2])
+    B, T = x.q.shape[:2]
+    if B == 0:
+        return
+    tile = tiling(K, V, T, spec.window, **overrides)
+    dummy = ring["k"]
+    sr_mant, sr_emin = SR_FORMATS.get(str(state.dtype).removeprefix("torch."), (0, 0))
+    stride_sk, stride_sv = ((state.stride(2), state.stride(3)) if spec.layout == "kv"
+                            else (state.stride(3), state.stride(2)))
+    verify_kernel[(Hv * triton.cdiv(V, tile.BV), B)](
+        state, x.q.contiguous(), x.k.contiguous(), x.v.contiguous(),
+        dummy if x.log_a is None else x.log_a.contiguous(), dummy if x.beta is None else x.beta.contiguous(),
+        out, dummy if slots is None else slots, ring["k"], ring["u"], ring.get("log_a", dummy),
+        buf.count, buf.flushes, buf.nonfinite.view(torch.uint8), buf.tickets, spec.seed,
+        state.stride(0), state.stride(1), stride_sk, stride_sv,
+        T=T, L=spec.window, BT=tile.BT, BC=tile.BC, HV=Hv, GROUP=Hv // spec.k_heads, K=K, V=V, BK=tile.BK,
+        BKC=tile.BKC, BV=tile.BV, DECAY={"none": 0, "scalar": 1}[spec.decay], DELTA=spec.delta,
+        HAS_SLOTS=slots is not None, LAYOUT_KV=spec.layout == "kv", SR=spec.stochastic_rounding, SR_MANT=sr_mant,
+        SR_EMIN=sr_emin, CD=tl.float32, DOT=tile.dot, BHV=triton.next_power_of_2(Hv),
+        BHK=triton.next_power_of_2(spec.k_heads), STAGES=tile.stages, num_warps=tile.num_warps)
