@@ -1,7 +1,7 @@
-"""Registers, spills and shared memory of the replay kernel on sm_90, compiled on a machine without a GPU.
+"""Registers, spills and shared memory of the replay kernels on sm_90, compiled on a machine without a GPU.
 
 Device time is scarce; ``ptxas -v`` is not. This builds a ``ReplayState`` on the CPU for a real layer
-shape, intercepts the replay kernel's launch (nothing runs), compiles the kernel for sm_90a with the
+shape, intercepts the replay (or chunked verify) kernel's launch (nothing runs), compiles the kernel for sm_90a with the
 specialisation Triton's JIT would apply on the GPU (pointers 16-byte aligned, integers equal to 1 folded,
 multiples of 16 marked), runs Triton's bundled ``ptxas -v`` and prints what it reports:
 
@@ -11,7 +11,7 @@ Each case is ``shape,read,T,L`` (shapes of ``replayssm bench kernels``). ``--dum
 call's TTGIR (the layouts Triton chose) and SASS; every line counts SASS instructions and the opcodes in
 ``SASS_COUNTED`` (CALL: a division's slow path, BAR, SHFL, shared-memory and spill traffic);
 ``--warps``, ``--block-v``, ``--maxnreg``, ``--items``, ``--fold-unroll`` and ``--stages`` override the tiling,
-``--layout`` the state layout. Figures are the compiler's, not timings: on
+``--layout`` the state layout, ``--verify-form`` the verify's template and tiling (as ``tune_replay.py``). Figures are the compiler's, not timings: on
 2026-12-02 a kernel with no spills still ran at half of bandwidth, and on 2026-12-03 a variant with half the
 shuffles ran slower (BENCHMARKS.md).
 """
@@ -36,20 +36,21 @@ from triton.compiler import ASTSource  # noqa: E402
 from replay_compile.bench.kernels import draw_inputs, draw_state, real_shape  # noqa: E402
 from replay_compile.families import get_family  # noqa: E402
 from replay_compile.runtime import ReplayState, triton_impl  # noqa: E402
-from replay_compile.templates import replay  # noqa: E402
+from replay_compile.templates import replay, verify  # noqa: E402
+from tune_replay import verify_form  # noqa: E402
 
 _TYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16", torch.int32: "i32",
           torch.int64: "i64", torch.uint8: "u8", torch.float64: "fp64", torch.float8_e4m3fn: "fp8e4nv"}
 
 
 class _Capture:
-    """Stands in for a JIT function: ``kernel[grid](*args, **kwargs)`` records the call."""
+    """Stands in for a JIT function: ``kernel[grid](*args, **kwargs)`` records the call in ``calls``."""
 
-    def __init__(self, fn):
-        self.fn, self.calls = fn, []
+    def __init__(self, fn, calls: list):
+        self.fn, self.calls = fn, calls
 
     def __getitem__(self, grid):
-        return lambda *args, **kwargs: self.calls.append((args, kwargs))
+        return lambda *args, **kwargs: self.calls.append((self.fn, args, kwargs))
 
 
 def _source(fn, args, kwargs):
@@ -121,11 +122,14 @@ def main(argv=None) -> int:
     p.add_argument("--fold-unroll", type=int, default=0, help="override the flush fold's unrolling")
     p.add_argument("--stages", type=int, default=-1, help="override the non-flush rows' loop (NOTE [two row loops]): "
                    "0 one loop for all rows, s > 0 a loop of their own over s pipeline stages")
+    p.add_argument("--verify-form", default="auto", help="verify calls' template and tiling (tune_replay.py's "
+                   "--verify-form, one variant)")
     args = p.parse_args(argv)
     if args.dump:
         os.makedirs(args.dump, exist_ok=True)
-    capture = _Capture(replay.replay_kernel)
-    replay.replay_kernel = capture
+    calls = []
+    replay.replay_kernel = _Capture(replay.replay_kernel, calls)
+    verify.verify_kernel = _Capture(verify.verify_kernel, calls)
     for case in args.cases:
         name, read, T, L = case.split(",")
         shape, T, L = real_shape(name, args.layout), int(T), int(L)
@@ -139,11 +143,12 @@ def main(argv=None) -> int:
                                      max_registers=args.maxnreg or None, num_warps=args.warps or None,
                                      block_v=args.block_v or None, items=args.items or None,
                                      fold_unroll=args.fold_unroll or None,
-                                     nonflush_stages=None if args.stages < 0 else args.stages)
-        for (a, kw), commit in zip(capture.calls, ("commit", "no commit")):
+                                     nonflush_stages=None if args.stages < 0 else args.stages,
+                                     **({} if commit else verify_form(args.verify_form)))
+        for (fn, a, kw), commit in zip(calls, ("commit", "no commit")):
             dump = os.path.join(args.dump, f"{case.replace(',', '_')}_{commit.replace(' ', '_')}") if args.dump else ""
-            print(f"{case} ({commit}): {report(capture.fn, a, kw, dump)}", flush=True)
-        capture.calls.clear()
+            print(f"{case} ({commit}, {fn.fn.__name__}): {report(fn, a, kw, dump)}", flush=True)
+        calls.clear()
     return 0
 
 

@@ -365,9 +365,9 @@ def test_real_shapes_gpu(name, L):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name,variants", [
-    ("qwen3.5-122b-gdn", [{}, dict(block_v=32), dict(block_v=128), dict(num_warps=1), dict(num_warps=2),
-                          dict(num_warps=8), dict(key_chunk=64), dict(dot="ieee"), dict(stages=1), dict(stages=3)]),
-    ("nemotron3-super-mamba2", [{}, dict(dot="ieee"), dict(block_v=32, num_warps=2)]),
+    ("qwen3.5-122b-gdn", [{}, dict(block_v=32), dict(block_v=128, num_warps=8), dict(num_warps=8),
+                          dict(key_chunk=16), dict(key_chunk=64), dict(dot="ieee"), dict(stages=1), dict(stages=3)]),
+    ("nemotron3-super-mamba2", [{}, dict(dot="ieee"), dict(key_chunk=16)]),
     ("nemotron3-nano-mamba2", [{}]),
     ("qwen3.5-4b-gdn", [{}])])
 def test_chunked_verify_gpu(name, variants):

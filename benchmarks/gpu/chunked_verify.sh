@@ -7,7 +7,7 @@ set -u
 source "$(dirname "$0")/part.sh"
 gpu_setup verify_log.txt "${1:-}"
 TAIL=8 part tests 200 python3 -m pytest -m gpu tests/test_kernels.py -q -p no:cacheprovider -k "chunked_verify or real_shapes"
-FORMS=${FORMS:-"tokens;chunked;chunked:bv=32;chunked:bv=128;chunked:nw=1;chunked:nw=2;chunked:nw=8;chunked:kc=64;chunked:dot=ieee;chunked:st=1;chunked:st=3"}
+FORMS=${FORMS:-"tokens;chunked;chunked:bv=32;chunked:bv=128,nw=8;chunked:nw=8;chunked:kc=16;chunked:kc=64;chunked:dot=ieee;chunked:st=1;chunked:st=3"}
 TAIL=60 part forms 240 python3 benchmarks/tune_replay.py --shapes nemotron3-super-mamba2,qwen3.5-122b-gdn --batch 256 \
   --no-steps --verify 4,8 --verify-window 16 --verify-form "$FORMS" --out "$OUT/verify_forms.json"
 TAIL=30 part spec 150 python3 -m replay_compile.cli bench spec --T 4 --batch 256 --acceptance 0.5,0.8,1.0,text \

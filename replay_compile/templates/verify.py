@@ -33,6 +33,12 @@ The products take fp32 operands as three TF32 tensor-core passes (``tf32x3``: ab
 checkpoint's ~1e-6 relative error in the tests). ``dot="ieee"`` runs them as FMA loops instead, ``"tf32"`` in
 one pass (inexact: ~1e-3 of every read; a tuning point only). Float64 states keep the token loop.
 The GPU compiler wants 16 rows and inner dims, so ``BT``, ``BC`` and ``BKC`` are at least 16.
+
+# NOTE [verify product orientation]
+Products are taken as ``[BV, BKC] x [BKC, BT]`` (values along rows), not ``[BT, BKC] x [BKC, BV]``: with 16 token
+rows, the tensor-core layout put the 4 warps along the rows and gave each warp the whole ``[16, BV]`` product,
+and the GDN verify took 255 registers and spilled 1316 bytes (sm_90 compile, T = 8, L = 24); with values along
+rows the warps split them: 246 registers, no spills (``benchmarks/sm90_report.py ... --verify-form chunked``).
 """
 from __future__ import annotations
 
@@ -60,13 +66,21 @@ def _rows(ptr, rows, n, stride, cols, col_mask, CD: tl.constexpr):
 
 
 @triton.jit
+def _cols(ptr, cols, n, stride, rows, row_mask, CD: tl.constexpr):
+    """``[R, C]`` records ``ptr + c * stride + r`` for columns ``c < n`` (0 elsewhere): :func:`_rows` transposed."""
+    m = row_mask[:, None] & (cols < n)[None, :]
+    return tl.load(ptr + cols[None, :] * stride + rows[:, None], mask=m, other=0.0).to(CD)
+
+
+@triton.jit
 def _nonfinite(x):
     return tl.sum((~(tl.abs(x) < float("inf"))).to(tl.int32)) > 0
 
 
 @triton.jit
 def _decays(rla, xla, c, j, tt, T: tl.constexpr, LS: tl.constexpr, DECAY: tl.constexpr, CD: tl.constexpr):
-    """``(Gc, W [BC], D [BT], E [BT, BT])`` of NOTE [chunked verify algebra] (all ones without decay)."""
+    """``(Gc, W [BC], D [BT], E [BT, BT])`` of NOTE [chunked verify algebra], ``E`` transposed (``E[s, t]``: from
+    token ``s`` to ``t``); all ones without decay."""
     if DECAY == 1:
         la_h = tl.load(rla + j * LS, mask=j < c, other=0.0).to(CD)
         la_next = tl.load(rla + (j + 1) * LS, mask=j + 1 < c, other=0.0).to(CD)
@@ -74,8 +88,8 @@ def _decays(rla, xla, c, j, tt, T: tl.constexpr, LS: tl.constexpr, DECAY: tl.con
         W = tl.exp(tl.cumsum(la_next, 0, reverse=True))  # sum over j < r < c
         la_d = tl.load(xla + tt * LS, mask=tt < T, other=0.0).to(CD)
         D = tl.exp(tl.cumsum(la_d, 0))
-        later = tt[:, None] > tt[None, :]  # [r, s]: r > s
-        E = tl.exp(tl.cumsum(tl.where(later, la_d[:, None], 0.0), 0))  # [t, s]: sum over s < r <= t
+        later = tt[None, :] > tt[:, None]  # [s, r]: r > s
+        E = tl.exp(tl.cumsum(tl.where(later, la_d[None, :], 0.0), 1))  # [s, t]: sum over s < r <= t
     else:
         Gc = tl.full([], 1.0, CD)
         W = tl.full(j.shape, 1.0, CD)
@@ -138,69 +152,70 @@ def verify_kernel(
     s_head = state + slot * stride_sn + h * stride_sh
     bad = live & (c < 0)
 
-    # one walk over key chunks: every read of the checkpoint, the window's keys and the drafts' keys
-    PQ = tl.zeros([BT, BV], CD)
+    # One walk over key chunks: every read of the checkpoint, the window's keys and the drafts' keys. Products
+    # put values (or window positions) along their rows, tokens along columns: 16 token rows would leave every
+    # warp a copy of the whole product (NOTE [verify product orientation]).
+    PQ = tl.zeros([BV, BT], CD)  # PQ[v, t] = (S_c^T q_t)[v]
     PK = PQ
-    HQ = tl.zeros([BT, BC], CD)
+    HQ = tl.zeros([BC, BT], CD)  # HQ[j, t] = k_j . q_t (window keys)
     HK_ = HQ
-    KQ = tl.zeros([BT, BT], CD)
+    KQ = tl.zeros([BT, BT], CD)  # KQ[s, t] = k_s . q_t (draft keys)
     KK = KQ
     for kc in tl.range(0, BK // BKC, num_stages=STAGES):
         kk = kc * BKC + tl.arange(0, BKC)
         mk = kk < K
-        S = tl.load(s_head + kk[:, None] * stride_sk + offs_v[None, :] * stride_sv,
-                    mask=mk[:, None] & mask_v[None, :], other=0.0).to(CD)
-        Qc = _rows(xq, tt, T, KS, kk, mk, CD)
-        Kc = _rows(xk, tt, T, KS, kk, mk, CD)
-        Kh = _rows(rk, j, c, KS, kk, mk, CD)
-        bad = bad | _nonfinite(Qc) | _nonfinite(Kc)
-        PQ += _mm(Qc, S, DOT)
-        HQ += _mm(Qc, tl.trans(Kh), DOT)
-        KQ += _mm(Qc, tl.trans(Kc), DOT)
+        S = tl.load(s_head + offs_v[:, None] * stride_sv + kk[None, :] * stride_sk,
+                    mask=mask_v[:, None] & mk[None, :], other=0.0).to(CD)
+        Qt = _cols(xq, tt, T, KS, kk, mk, CD)  # [BKC, BT]
+        Kt = _cols(xk, tt, T, KS, kk, mk, CD)
+        Kh = _rows(rk, j, c, KS, kk, mk, CD)  # [BC, BKC]
+        bad = bad | _nonfinite(Qt) | _nonfinite(Kt)
+        PQ += _mm(S, Qt, DOT)
+        HQ += _mm(Kh, Qt, DOT)
+        KQ += _mm(tl.trans(Kt), Qt, DOT)
         if DELTA:
-            PK += _mm(Kc, S, DOT)
-            HK_ += _mm(Kc, tl.trans(Kh), DOT)
-            KK += _mm(Kc, tl.trans(Kc), DOT)
+            PK += _mm(S, Kt, DOT)
+            HK_ += _mm(Kh, Kt, DOT)
+            KK += _mm(tl.trans(Kt), Kt, DOT)
 
     Gc, W, D, E = _decays(ring_la + slot * L * HV + h, log_a + b * T * HV + h, c, j, tt, T, HV, DECAY, CD)
-    Uh = _rows(ru, j, c, US, offs_v, mask_v, CD)  # [BC, BV] the window's updates
-    XQ = D[:, None] * (Gc * PQ + _mm(HQ * W[None, :], Uh, DOT))
-    U = _rows(v + b * T * US + h * V, tt, T, US, offs_v, mask_v, CD)  # [BT, BV] the drafts' v
+    Uh = _cols(ru, j, c, US, offs_v, mask_v, CD)  # [BV, BC] the window's updates
+    XQ = D[None, :] * (Gc * PQ + _mm(Uh, HQ * W[:, None], DOT))
+    U = _cols(v + b * T * US + h * V, tt, T, US, offs_v, mask_v, CD)  # [BV, BT] the drafts' v
     bad = bad | _nonfinite(U)
     if DECAY == 1:
         bad = bad | _nonfinite(tl.load(log_a + b * T * HV + h + tt * HV, mask=toks, other=0.0))
-    lower = tt[:, None] > tt[None, :]
+    before = tt[:, None] < tt[None, :]  # [s, t]: s < t
     if DELTA:
         beta_d = tl.load(beta + b * T * HV + h + tt * HV, mask=toks, other=0.0).to(CD)
         bad = bad | _nonfinite(beta_d)
-        XK = D[:, None] * (Gc * PK + _mm(HK_ * W[None, :], Uh, DOT))
-        A = tl.where(lower, beta_d[:, None] * E * KK, 0.0)
-        U = _mm(_unit_lower_inverse(A, tt, T), beta_d[:, None] * (U - XK), DOT)
-    O = XQ + _mm(tl.where(lower | (tt[:, None] == tt[None, :]), E * KQ, 0.0), U, DOT)
-    tl.store(out + ((b * T + tt[:, None]) * HV + h) * V + offs_v[None, :], tl.where(live, O, 0.0),
-             mask=toks[:, None] & mask_v[None, :])
+        XK = D[None, :] * (Gc * PK + _mm(Uh, HK_ * W[:, None], DOT))
+        A = tl.trans(tl.where(before, beta_d[None, :] * E * KK, 0.0))  # A[t, s], s < t
+        U = _mm(beta_d[None, :] * (U - XK), tl.trans(_unit_lower_inverse(A, tt, T)), DOT)
+    O = XQ + _mm(U, tl.where(before | (tt[:, None] == tt[None, :]), E * KQ, 0.0), DOT)
+    tl.store(out + ((b * T + tt[None, :]) * HV + h) * V + offs_v[:, None], tl.where(live, O, 0.0),
+             mask=mask_v[:, None] & toks[None, :])
 
     if pre:  # NOTE [flush points]: fold the committed records into the checkpoint, chunk by chunk
         for kc in tl.range(0, BK // BKC):
             kk = kc * BKC + tl.arange(0, BKC)
             mk = kk < K
-            mask_kv = mk[:, None] & mask_v[None, :]
-            s_chunk = s_head + kk[:, None] * stride_sk + offs_v[None, :] * stride_sv
-            S = tl.load(s_chunk, mask=mask_kv, other=0.0).to(CD)
-            Kh = _rows(rk, j, c, KS, kk, mk, CD)
-            new = Gc * S + _mm(tl.trans(Kh * W[:, None]), Uh, DOT)
+            mask_vk = mask_v[:, None] & mk[None, :]
+            s_chunk = s_head + offs_v[:, None] * stride_sv + kk[None, :] * stride_sk
+            S = tl.load(s_chunk, mask=mask_vk, other=0.0).to(CD)
+            new = Gc * S + _mm(Uh, _rows(rk, j, c, KS, kk, mk, CD) * W[:, None], DOT)
             if SR:  # seeded per slot, flush and element, as replay._store_checkpoint
                 if LAYOUT_KV:
-                    phys = kk[:, None] * V + offs_v[None, :]
+                    phys = kk[None, :] * V + offs_v[:, None]
                 else:
-                    phys = offs_v[None, :] * K + kk[:, None]
+                    phys = offs_v[:, None] * K + kk[None, :]
                 new = stochastic_round(new, slot_seed(seed, slot, tl.load(flushes + slot)),
                                        (h * K * V + phys).to(tl.int32), SR_MANT, SR_EMIN)
-            tl.store(s_chunk, new.to(state.dtype.element_ty), mask=mask_kv)
+            tl.store(s_chunk, new.to(state.dtype.element_ty), mask=mask_vk)
 
     tl.debug_barrier()  # every thread has read the window's updates before the drafts' overwrite a pre row's
     pos = count0 + tt
-    tl.store(ru + pos[:, None] * US + offs_v[None, :], U, mask=(toks & live)[:, None] & mask_v[None, :])
+    tl.store(ru + pos[None, :] * US + offs_v[:, None], U, mask=mask_v[:, None] & (toks & live)[None, :])
     tl.store(nonfinite + slot, tl.full([], 1, tl.uint8), mask=bad & live)
     if live:
         # NOTE [the last program moves the cursors]
