@@ -144,7 +144,7 @@ def main(argv=None) -> int:
                                      block_v=args.block_v or None, items=args.items or None,
                                      fold_unroll=args.fold_unroll or None,
                                      nonflush_stages=None if args.stages < 0 else args.stages,
-                                     **({} if commit else verify_form(args.verify_form)))
+                                     **verify_form(args.verify_form))
         for (fn, a, kw), commit in zip(calls, ("commit", "no commit")):
             dump = os.path.join(args.dump, f"{case.replace(',', '_')}_{commit.replace(' ', '_')}") if args.dump else ""
             print(f"{case} ({commit}, {fn.fn.__name__}): {report(fn, a, kw, dump)}", flush=True)

@@ -196,13 +196,14 @@ def test_vk_tiles_of_several_key_chunks(family, read):
 
 
 @pytest.mark.parametrize("family,layout", [("gated_deltanet", "kv"), ("mamba2", "vk"), ("deltanet", "kv"),
-                                           ("simple_gla", "vk")])
+                                           ("simple_gla", "vk"), ("kda", "kv"), ("gla", "vk")])
 def test_chunked_verify_over_key_chunks_and_value_tiles(family, layout):
     """The chunked verify (templates/verify.py) walking K = 40 in chunks of 16 (the last one partly masked) over
-    value tiles of 2 (V = 5), with pre-flushing rows, padding and drafts as long as the window."""
+    value tiles of 2 (V = 5), with pre-flushing rows, padding and drafts as long as the window; per-channel
+    decay (asked for: not its default) too."""
     g = torch.Generator().manual_seed(60 + FAMILIES.index(family))
     p = Pair(family, B=3, H=2, Hk=1, K=40, V=5, L=6, layout=layout, generator=g, long_memory=True,
-             tiling=dict(verify_tiling=dict(key_chunk=16, block_v=2)))
+             tiling=dict(verify_tiling=dict(key_chunk=16, block_v=2), chunked=True))
     slots = torch.tensor([1, -1, 2, 0], device=DEVICE)
     for T in (3, 2, 4, 6, 2):
         p.verify_commit(T=T, slots=slots)
@@ -217,8 +218,8 @@ def test_token_loop_verify(family):
 
 
 def test_chunked_verify_claims():
-    """Verifies (T >= 2, no commit) of scalar or no decay, fp32, no read copy run chunked; the rest keep the loop;
-    asking for it where it does not apply is an error."""
+    """Verifies (T >= 2, no commit) of scalar or no decay, fp32, no read copy run chunked by default, per-channel
+    decay when asked; the rest keep the loop; asking for it where it does not apply is an error."""
     from replay_compile.templates import replay, verify
 
     spec = replay.ReplaySpec(decay="scalar", delta=True, raw=False, layout="kv", window=16, k_heads=2,
@@ -228,7 +229,9 @@ def test_chunked_verify_claims():
     assert claims(2) and claims(8, decay="none") and claims(3, delta=False, layout="vk")
     assert not (claims(1) or claims(4, commit=True) or claims(4, decay="channel") or claims(4, read_format="fp8")
                 or claims(4, dtype=torch.float64))
-    p = Pair("kda", B=2, H=2, Hk=1, K=4, V=3, L=4, generator=torch.Generator().manual_seed(6))
+    assert verify.supports(dataclasses.replace(spec, decay="channel"), 4, torch.float32, commit=False,
+                           force_flush=False, materialize=False)
+    p = Pair("kda", B=2, H=2, Hk=1, K=4, V=3, L=4, read="bf16", generator=torch.Generator().manual_seed(6))
     with pytest.raises(ValueError, match="chunked verify"):
         triton_impl.advance_into(p.tri, p.inputs(2, T=2), None, torch.empty(2, 2, 2, 3, device=DEVICE),
                                  commit=False, force_flush=False, chunked=True)
@@ -369,13 +372,14 @@ def test_real_shapes_gpu(name, L):
                           dict(key_chunk=16), dict(key_chunk=64), dict(dot="ieee"), dict(stages=1), dict(stages=3)]),
     ("nemotron3-super-mamba2", [{}, dict(dot="ieee"), dict(key_chunk=16)]),
     ("nemotron3-nano-mamba2", [{}]),
-    ("qwen3.5-4b-gdn", [{}])])
+    ("qwen3.5-4b-gdn", [{}]),
+    ("kimi-linear-kda", [{}, dict(key_chunk=16)])])
 def test_chunked_verify_gpu(name, variants):
     """The chunked verify at real shapes on the GPU, for every tiling the tuning sweeps: drafts of 8 and 5 tokens
     at L = 13 (rows that pre-flush and rows that do not), padding, random acceptance; 3xTF32 (and FMA) products
     within the fp32 tolerance."""
     for i, vt in enumerate(variants):
-        p = _real_pair(name, B=5, L=13, seed=4 + i, tiling=dict(verify_tiling=vt))
+        p = _real_pair(name, B=5, L=13, seed=4 + i, tiling=dict(verify_tiling=vt, chunked=True))
         slots = torch.tensor([4, -1, 0, 2, 1, 3], device=DEVICE)
         for T in (8, 5, 8, 8):
             p.verify_commit(T=T, slots=slots)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU check and timing of the chunked verify (templates/verify.py; ~8 min on a fresh H200): its GPU kernel tests
 # and the real-shape ones, verify T = 4, 8 at batch 256 (L = 16 + T) for the token loop and the chunked verify's
-# tilings, then `bench spec` at T = 4 (L = 8 + 4).
+# tilings (KDA: two), then `bench spec` at T = 4 (L = 8 + 4).
 # Usage: [FORMS="tokens;chunked;..."] bash benchmarks/gpu/chunked_verify.sh [commit]   (writes under $OUT)
 set -u
 source "$(dirname "$0")/part.sh"
@@ -10,6 +10,8 @@ TAIL=8 part tests 200 python3 -m pytest -m gpu tests/test_kernels.py -q -p no:ca
 FORMS=${FORMS:-"tokens;chunked;chunked:bv=32;chunked:bv=128,nw=8;chunked:nw=8;chunked:kc=16;chunked:kc=64;chunked:dot=ieee;chunked:st=1;chunked:st=3"}
 TAIL=60 part forms 240 python3 benchmarks/tune_replay.py --shapes nemotron3-super-mamba2,qwen3.5-122b-gdn --batch 256 \
   --no-steps --verify 4,8 --verify-window 16 --verify-form "$FORMS" --out "$OUT/verify_forms.json"
+TAIL=12 part kda 120 python3 benchmarks/tune_replay.py --shapes kimi-linear-kda --batch 256 \
+  --no-steps --verify 4,8 --verify-window 16 --verify-form "tokens;chunked;chunked:kc=16" --out "$OUT/verify_kda.json"
 TAIL=30 part spec 150 python3 -m replay_compile.cli bench spec --T 4 --batch 256 --acceptance 0.5,0.8,1.0,text \
   --window 8 --steps 8 --out "$OUT/spec_t4.json"
 echo total $SECONDS

@@ -45,17 +45,18 @@ def advance_into(rs, x: Canonical, slots, out: torch.Tensor, *, commit: bool, fo
                  fold_unroll: Optional[int] = None, nonflush_stages: Optional[int] = None,
                  chunked: Optional[bool] = None, verify_tiling: Optional[dict] = None) -> torch.Tensor:
     """:func:`advance` writing into ``out [B, T, Hv, V]`` (contiguous, compute dtype); the keywords override
-    ``templates.replay.tiling`` and ``templates.verify.tiling`` (``verify_tiling``), and ``chunked`` the choice
-    of template (tuning tools and tests)."""
+    ``templates.replay.tiling`` and ``templates.verify.tiling`` (``verify_tiling``), and ``chunked`` a verify's
+    template (True: the chunked verify, False: the replay template's token loop; tuning tools and tests)."""
     B, T = x.q.shape[:2]
     if out.shape != (B, T, rs.num_heads, rs.head_v) or out.dtype != rs.compute_dtype or not out.is_contiguous():
         raise ValueError(f"out must be a contiguous {rs.compute_dtype} tensor [{B}, {T}, {rs.num_heads}, {rs.head_v}]")
     spec = _spec(rs)
-    claimed = verify.claims(spec, T, rs.compute_dtype, commit=commit, force_flush=force_flush, materialize=False)
-    if chunked and not claimed:
-        raise ValueError("the chunked verify serves verifies (T >= 2, no commit) of scalar or no decay on fp32 "
-                         "states without a read copy")
-    if claimed if chunked is None else chunked:
+    call = dict(commit=commit, force_flush=force_flush, materialize=False)
+    if T < 2 or commit or force_flush:
+        chunked = None  # the choice of template is a verify's
+    if chunked and not verify.supports(spec, T, rs.compute_dtype, **call):
+        raise ValueError("the chunked verify serves verifies on fp32 states without a read copy")
+    if verify.claims(spec, T, rs.compute_dtype, **call) if chunked is None else chunked:
         verify.launch(_buffers(rs), spec, x, _slots(slots), out, **(verify_tiling or {}))
         return out
     replay.launch(_buffers(rs), spec, x, _slots(slots), out, commit=commit, force_flush=force_flush,

@@ -99,6 +99,20 @@ def _decays(rla, xla, c, j, tt, T: tl.constexpr, LS: tl.constexpr, DECAY: tl.con
 
 
 @triton.jit
+def _chunk_decays(rla, xla, c, j, tt, kk, mk, T: tl.constexpr, LS: tl.constexpr, CD: tl.constexpr):
+    """Per-channel decay over one key chunk: ``(Gc [BKC], W [BC, BKC], D [BKC, BT], E [BT, BKC, BT])``, the
+    factors of NOTE [chunked verify algebra] per key channel (``E[s, k, t]``: from token ``s`` to ``t``)."""
+    la_h = _rows(rla, j, c, LS, kk, mk, CD)
+    Gc = tl.exp(tl.sum(la_h, 0))
+    W = tl.exp(tl.cumsum(_rows(rla, j + 1, c, LS, kk, mk, CD), 0, reverse=True))  # sum over j < r < c
+    la_d = _cols(xla, tt, T, LS, kk, mk, CD)  # [BKC, BT]
+    D = tl.exp(tl.cumsum(la_d, 1))
+    later = tt[None, None, :] > tt[:, None, None]  # [s, ., r]: r > s
+    E = tl.exp(tl.cumsum(tl.where(later, la_d[None, :, :], 0.0), 2))  # sum over s < r <= t
+    return Gc, W, D, E
+
+
+@triton.jit
 def _unit_lower_inverse(A, tt, T: tl.constexpr):
     """``(I + A)^-1`` for strictly lower-triangular ``A [BT, BT]``, by forward substitution over its ``T`` rows."""
     eye = (tt[:, None] == tt[None, :]).to(A.dtype)
@@ -125,8 +139,8 @@ def verify_kernel(
 ):
     """Row ``b``, value head ``h``, value tile ``vt`` of a verify of ``T`` tokens (no commit).
 
-    Inputs (contiguous): ``q, k [B, T, HK, K]``, ``v [B, T, HV, V]``, ``log_a, beta [B, T, HV]``; output
-    ``out [B, T, HV, V]``. Ring (contiguous): ``k [N, L, HK, K]``, ``u [N, L, HV, V]``, ``log_a [N, L, HV]``.
+    Inputs (contiguous): ``q, k [B, T, HK, K]``, ``v [B, T, HV, V]``, ``log_a [B, T, HV(, K)]``, ``beta [B, T, HV]``;
+    output ``out [B, T, HV, V]``. Ring (contiguous): ``k [N, L, HK, K]``, ``u [N, L, HV, V]``, ``log_a [N, L, HV(, K)]``.
     The checkpoint is addressed through its strides (``stride_sk / stride_sv`` step along keys / values).
     """
     NVT: tl.constexpr = (V + BV - 1) // BV
@@ -147,6 +161,10 @@ def verify_kernel(
     toks = tt < T
     xq = q + b * T * KS + hk * K
     xk = k + b * T * KS + hk * K
+    LS: tl.constexpr = HV * K if DECAY == 2 else HV
+    LW: tl.constexpr = K if DECAY == 2 else 1
+    rla = ring_la + slot * L * LS + h * LW
+    xla = log_a + b * T * LS + h * LW
     rk = ring_k + slot * L * KS + hk * K
     ru = ring_u + slot * L * US + h * V
     s_head = state + slot * stride_sn + h * stride_sh
@@ -170,21 +188,35 @@ def verify_kernel(
         Kt = _cols(xk, tt, T, KS, kk, mk, CD)
         Kh = _rows(rk, j, c, KS, kk, mk, CD)  # [BC, BKC]
         bad = bad | _nonfinite(Qt) | _nonfinite(Kt)
-        PQ += _mm(S, Qt, DOT)
+        if DECAY == 2:  # the decays enter the operands, key channel by key channel
+            Gk, Wh, Dt, E3 = _chunk_decays(rla, xla, c, j, tt, kk, mk, T, LS, CD)
+            bad = bad | _nonfinite(_cols(xla, tt, T, LS, kk, mk, CD))
+            Kh = Kh * Wh
+            KQ += tl.sum(tl.trans(Kt)[:, :, None] * Qt[None, :, :] * E3, 1)
+            if DELTA:
+                KK += tl.sum(tl.trans(Kt)[:, :, None] * Kt[None, :, :] * E3, 1)
+            Qt = Qt * Dt
+            Kt = Kt * Dt
+            PQ += _mm(S, Qt * Gk[:, None], DOT)
+            if DELTA:
+                PK += _mm(S, Kt * Gk[:, None], DOT)
+        else:
+            KQ += _mm(tl.trans(Kt), Qt, DOT)
+            PQ += _mm(S, Qt, DOT)
+            if DELTA:
+                KK += _mm(tl.trans(Kt), Kt, DOT)
+                PK += _mm(S, Kt, DOT)
         HQ += _mm(Kh, Qt, DOT)
-        KQ += _mm(tl.trans(Kt), Qt, DOT)
         if DELTA:
-            PK += _mm(S, Kt, DOT)
             HK_ += _mm(Kh, Kt, DOT)
-            KK += _mm(tl.trans(Kt), Kt, DOT)
 
-    Gc, W, D, E = _decays(ring_la + slot * L * HV + h, log_a + b * T * HV + h, c, j, tt, T, HV, DECAY, CD)
+    Gc, W, D, E = _decays(rla, xla, c, j, tt, T, LS, DECAY, CD)  # ones under per-channel decay (inside the products)
     Uh = _cols(ru, j, c, US, offs_v, mask_v, CD)  # [BV, BC] the window's updates
     XQ = D[None, :] * (Gc * PQ + _mm(Uh, HQ * W[:, None], DOT))
     U = _cols(v + b * T * US + h * V, tt, T, US, offs_v, mask_v, CD)  # [BV, BT] the drafts' v
     bad = bad | _nonfinite(U)
     if DECAY == 1:
-        bad = bad | _nonfinite(tl.load(log_a + b * T * HV + h + tt * HV, mask=toks, other=0.0))
+        bad = bad | _nonfinite(tl.load(xla + tt * LS, mask=toks, other=0.0))
     before = tt[:, None] < tt[None, :]  # [s, t]: s < t
     if DELTA:
         beta_d = tl.load(beta + b * T * HV + h + tt * HV, mask=toks, other=0.0).to(CD)
@@ -203,7 +235,12 @@ def verify_kernel(
             mask_vk = mask_v[:, None] & mk[None, :]
             s_chunk = s_head + offs_v[:, None] * stride_sv + kk[None, :] * stride_sk
             S = tl.load(s_chunk, mask=mask_vk, other=0.0).to(CD)
-            new = Gc * S + _mm(Uh, _rows(rk, j, c, KS, kk, mk, CD) * W[:, None], DOT)
+            Kh = _rows(rk, j, c, KS, kk, mk, CD)
+            if DECAY == 2:
+                Gk, Wh, _, _ = _chunk_decays(rla, xla, c, j, tt, kk, mk, T, LS, CD)
+                new = S * Gk[None, :] + _mm(Uh, Kh * Wh, DOT)
+            else:
+                new = Gc * S + _mm(Uh, Kh * W[:, None], DOT)
             if SR:  # seeded per slot, flush and element, as replay._store_checkpoint
                 if LAYOUT_KV:
                     phys = kk[None, :] * V + offs_v[:, None]
@@ -242,11 +279,18 @@ class VerifyTiling(NamedTuple):
     dot: str  # input precision of the fp32 products (NOTE [verify product precision])
 
 
-def claims(spec, T: int, compute_dtype: torch.dtype, *, commit: bool, force_flush: bool, materialize: bool) -> bool:
-    """Whether a call runs as a chunked verify: a verify (``T >= 2``, no commit) of scalar or no decay on an fp32
-    compute dtype without a read copy (read copies, per-channel decay and float64 keep the token loop)."""
+def supports(spec, T: int, compute_dtype: torch.dtype, *, commit: bool, force_flush: bool,
+             materialize: bool) -> bool:
+    """Whether this template can run a call: a verify (``T >= 2``, no commit) on an fp32 compute dtype without a
+    read copy (read copies and float64 keep the replay template's token loop)."""
     return (T >= 2 and not (commit or force_flush or materialize) and spec.read_format is None
-            and spec.decay in ("none", "scalar") and compute_dtype == torch.float32)
+            and compute_dtype == torch.float32)
+
+
+def claims(spec, T: int, compute_dtype: torch.dtype, **call) -> bool:
+    """Whether a call runs here by default: what :func:`supports`, for the decay kinds where it was timed faster
+    than the token loop (scalar and none; per-channel decay only when asked for)."""
+    return supports(spec, T, compute_dtype, **call) and spec.decay in ("none", "scalar")
 
 
 def tiling(K: int, V: int, T: int, L: int, key_chunk: Optional[int] = None, block_v: Optional[int] = None,
@@ -281,7 +325,7 @@ def launch(buf, spec, x, slots: Optional[torch.Tensor], out: torch.Tensor, **ove
         buf.count, buf.flushes, buf.nonfinite.view(torch.uint8), buf.tickets, spec.seed,
         state.stride(0), state.stride(1), stride_sk, stride_sv,
         T=T, L=spec.window, BT=tile.BT, BC=tile.BC, HV=Hv, GROUP=Hv // spec.k_heads, K=K, V=V, BK=tile.BK,
-        BKC=tile.BKC, BV=tile.BV, DECAY={"none": 0, "scalar": 1}[spec.decay], DELTA=spec.delta,
+        BKC=tile.BKC, BV=tile.BV, DECAY={"none": 0, "scalar": 1, "channel": 2}[spec.decay], DELTA=spec.delta,
         HAS_SLOTS=slots is not None, LAYOUT_KV=spec.layout == "kv", SR=spec.stochastic_rounding, SR_MANT=sr_mant,
         SR_EMIN=sr_emin, CD=tl.float32, DOT=tile.dot, BHV=triton.next_power_of_2(Hv),
         BHK=triton.next_power_of_2(spec.k_heads), STAGES=tile.stages, num_warps=tile.num_warps)
