@@ -369,8 +369,9 @@ def test_real_shapes_gpu(name, L):
 @pytest.mark.gpu
 @pytest.mark.parametrize("name,variants", [
     ("qwen3.5-122b-gdn", [{}, dict(block_v=32), dict(block_v=128, num_warps=8), dict(num_warps=8),
-                          dict(key_chunk=16), dict(key_chunk=64), dict(dot="ieee"), dict(stages=1), dict(stages=3)]),
-    ("nemotron3-super-mamba2", [{}, dict(dot="ieee"), dict(key_chunk=16)]),
+                          dict(key_chunk=16), dict(key_chunk=16, max_registers=128), dict(key_chunk=16, num_warps=8),
+                          dict(key_chunk=64), dict(dot="ieee"), dict(stages=1), dict(stages=3)]),
+    ("nemotron3-super-mamba2", [{}, dict(dot="ieee"), dict(key_chunk=16, max_registers=128)]),
     ("nemotron3-nano-mamba2", [{}]),
     ("qwen3.5-4b-gdn", [{}]),
     ("kimi-linear-kda", [{}, dict(key_chunk=16)])])

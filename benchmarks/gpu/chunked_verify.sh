@@ -7,8 +7,8 @@ set -u
 source "$(dirname "$0")/part.sh"
 gpu_setup verify_log.txt "${1:-}"
 TAIL=8 part tests 200 python3 -m pytest -m gpu tests/test_kernels.py -q -p no:cacheprovider -k "chunked_verify or real_shapes"
-FORMS=${FORMS:-"tokens;chunked;chunked:bv=32;chunked:bv=128,nw=8;chunked:nw=8;chunked:kc=16;chunked:kc=64;chunked:dot=ieee;chunked:st=1;chunked:st=3"}
-TAIL=60 part forms 240 python3 benchmarks/tune_replay.py --shapes nemotron3-super-mamba2,qwen3.5-122b-gdn --batch 256 \
+FORMS=${FORMS:-"tokens;chunked;chunked:kc=16;chunked:kc=16,mr=128;chunked:kc=16,nw=8;chunked:bv=32;chunked:bv=128,nw=8;chunked:kc=64;chunked:dot=ieee;chunked:st=1;chunked:st=3"}
+TAIL=60 part forms 300 python3 benchmarks/tune_replay.py --shapes nemotron3-super-mamba2,qwen3.5-122b-gdn --batch 256 \
   --no-steps --verify 4,8 --verify-window 16 --verify-form "$FORMS" --out "$OUT/verify_forms.json"
 TAIL=12 part kda 120 python3 benchmarks/tune_replay.py --shapes kimi-linear-kda --batch 256 \
   --no-steps --verify 4,8 --verify-window 16 --verify-form "tokens;chunked;chunked:kc=16" --out "$OUT/verify_kda.json"

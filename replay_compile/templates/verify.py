@@ -277,6 +277,7 @@ class VerifyTiling(NamedTuple):
     num_warps: int
     stages: int  # software-pipelining stages of the chunk walk
     dot: str  # input precision of the fp32 products (NOTE [verify product precision])
+    max_registers: Optional[int]  # ptxas register cap (None: the compiler's choice)
 
 
 def supports(spec, T: int, compute_dtype: torch.dtype, *, commit: bool, force_flush: bool,
@@ -294,13 +295,14 @@ def claims(spec, T: int, compute_dtype: torch.dtype, **call) -> bool:
 
 
 def tiling(K: int, V: int, T: int, L: int, key_chunk: Optional[int] = None, block_v: Optional[int] = None,
-           num_warps: Optional[int] = None, stages: Optional[int] = None, dot: Optional[str] = None) -> VerifyTiling:
+           num_warps: Optional[int] = None, stages: Optional[int] = None, dot: Optional[str] = None,
+           max_registers: Optional[int] = None) -> VerifyTiling:
     """Defaults: chunks of 32 keys, value tiles of up to 64 columns, 4 warps, 2 stages, 3xTF32 products."""
     BKC = max(16, min(key_chunk or 32, triton.next_power_of_2(K)))
     BK = max(triton.next_power_of_2(K), BKC)
     BV = block_v or min(triton.next_power_of_2(V), 64)
     return VerifyTiling(max(16, triton.next_power_of_2(T)), max(16, triton.next_power_of_2(L)), BK, BKC, BV,
-                        num_warps or 4, 2 if stages is None else stages, dot or "tf32x3")
+                        num_warps or 4, 2 if stages is None else stages, dot or "tf32x3", max_registers)
 
 
 def launch(buf, spec, x, slots: Optional[torch.Tensor], out: torch.Tensor, **overrides) -> None:
@@ -318,6 +320,7 @@ def launch(buf, spec, x, slots: Optional[torch.Tensor], out: torch.Tensor, **ove
     sr_mant, sr_emin = SR_FORMATS.get(str(state.dtype).removeprefix("torch."), (0, 0))
     stride_sk, stride_sv = ((state.stride(2), state.stride(3)) if spec.layout == "kv"
                             else (state.stride(3), state.stride(2)))
+    cap = dict(maxnreg=tile.max_registers) if tile.max_registers else {}
     verify_kernel[(Hv * triton.cdiv(V, tile.BV), B)](
         state, x.q.contiguous(), x.k.contiguous(), x.v.contiguous(),
         dummy if x.log_a is None else x.log_a.contiguous(), dummy if x.beta is None else x.beta.contiguous(),
@@ -328,4 +331,4 @@ def launch(buf, spec, x, slots: Optional[torch.Tensor], out: torch.Tensor, **ove
         BKC=tile.BKC, BV=tile.BV, DECAY={"none": 0, "scalar": 1, "channel": 2}[spec.decay], DELTA=spec.delta,
         HAS_SLOTS=slots is not None, LAYOUT_KV=spec.layout == "kv", SR=spec.stochastic_rounding, SR_MANT=sr_mant,
         SR_EMIN=sr_emin, CD=tl.float32, DOT=tile.dot, BHV=triton.next_power_of_2(Hv),
-        BHK=triton.next_power_of_2(spec.k_heads), STAGES=tile.stages, num_warps=tile.num_warps)
+        BHK=triton.next_power_of_2(spec.k_heads), STAGES=tile.stages, num_warps=tile.num_warps, **cap)
