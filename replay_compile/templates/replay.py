@@ -9,6 +9,9 @@ window ends) comes from the device cursors inside the kernel (``cursors.row_phas
 sync, so a call can be captured in a CUDA graph; the last program of a row moves its cursors (NOTE [the
 last program moves the cursors] in ``cursors.py``).
 
+Verifies of scalar or no decay on fp32 states without a read copy run in ``verify.py`` instead (the chunked
+verify: the tokens together, as products); this template's token loop serves the others.
+
 Flush folds re-read their records from memory (``_fold``, NOTE [fold unrolling]), so the flush path,
 which only 1/L of rows take, costs few registers on the others (a ``tl.dot`` fold took the kernel to
 254 registers and 0.55-0.68x of the standard kernel on the H200). See NOTE [register cap].
