@@ -48,7 +48,7 @@ class Pair:
     """The same pool driven through the torch reference and the Triton kernels, compared after each call."""
 
     def __init__(self, family, *, B, H, Hk, K, V, L, layout="kv", dtype=torch.float32, read=None, sr=False,
-                 generator, long_memory=False, device=DEVICE, tiling=None):
+                 generator, long_memory=False, device=DEVICE, tiling=None, activations=torch.float32):
         self.f, self.g, self.dims, self.dev, self.long = get_family(family), generator, (H, K, V, Hk), device, long_memory
         self.dtype = dtype
         _, st = random_canonical(self.f, B, H, K, V, Hk, dtype=torch.float32, generator=generator, layout=layout)
@@ -60,11 +60,13 @@ class Pair:
             buf.fill_(float("nan"))
         self.worst = 0.0
         self.tiling = tiling or {}  # block_v / items overrides of templates.replay.tiling
+        self.activations = activations  # dtype of q, k, v (bf16 as in a model; log-decays and betas stay fp32)
 
     def inputs(self, B, T=None):
         H, K, V, Hk = self.dims
         x, _ = random_canonical(self.f, B, H, K, V, Hk, tokens=T, dtype=torch.float32, generator=self.g,
                                 long_memory=self.long)
+        x = x._replace(**{n: getattr(x, n).to(self.activations) for n in ("q", "k", "v")})
         return Canonical(*(None if t is None else t.to(self.dev) for t in x))
 
     def _out(self, x, slots, commit, force_flush=False):
@@ -208,6 +210,17 @@ def test_chunked_verify_over_key_chunks_and_value_tiles(family, layout):
     for T in (3, 2, 4, 6, 2):
         p.verify_commit(T=T, slots=slots)
         p.step(slots=slots)
+
+
+@pytest.mark.parametrize("family", ["mamba2", "gated_deltanet"])
+def test_chunked_verify_split_products_on_bf16_activations(family):
+    """``dot="split"``: with bf16 queries and keys the checkpoint's products take a high and a low TF32 part
+    (NOTE [verify product precision]); the sum must stay exact (a dropped low part fails at 1e-5)."""
+    g = torch.Generator().manual_seed(80 + FAMILIES.index(family))
+    p = Pair(family, B=3, H=2, Hk=1, K=20, V=5, L=6, generator=g, long_memory=True, activations=torch.bfloat16,
+             tiling=dict(verify_tiling=dict(dot="split")))
+    for T in (3, 4, 2, 5):
+        p.verify_commit(T=T)
 
 
 @pytest.mark.parametrize("family", ["mamba2", "gated_deltanet"])
@@ -370,8 +383,9 @@ def test_real_shapes_gpu(name, L):
 @pytest.mark.parametrize("name,variants", [
     ("qwen3.5-122b-gdn", [{}, dict(block_v=32), dict(block_v=128, num_warps=8), dict(num_warps=8),
                           dict(key_chunk=16), dict(key_chunk=16, max_registers=128), dict(key_chunk=16, num_warps=8),
-                          dict(key_chunk=64), dict(dot="ieee"), dict(stages=1), dict(stages=3)]),
-    ("nemotron3-super-mamba2", [{}, dict(dot="ieee"), dict(key_chunk=16, max_registers=128)]),
+                          dict(key_chunk=64), dict(dot="ieee"), dict(stages=1), dict(stages=3), dict(dot="split"),
+                          dict(dot="split", key_chunk=16)]),
+    ("nemotron3-super-mamba2", [{}, dict(dot="ieee"), dict(key_chunk=16, max_registers=128), dict(dot="split")]),
     ("nemotron3-nano-mamba2", [{}]),
     ("qwen3.5-4b-gdn", [{}]),
     ("kimi-linear-kda", [{}, dict(key_chunk=16)])])
@@ -380,7 +394,8 @@ def test_chunked_verify_gpu(name, variants):
     at L = 13 (rows that pre-flush and rows that do not), padding, random acceptance; 3xTF32 (and FMA) products
     within the fp32 tolerance."""
     for i, vt in enumerate(variants):
-        p = _real_pair(name, B=5, L=13, seed=4 + i, tiling=dict(verify_tiling=vt, chunked=True))
+        p = _real_pair(name, B=5, L=13, seed=4 + i, tiling=dict(verify_tiling=vt, chunked=True),
+                       activations=torch.bfloat16 if vt.get("dot") == "split" else torch.float32)
         slots = torch.tensor([4, -1, 0, 2, 1, 3], device=DEVICE)
         for T in (8, 5, 8, 8):
             p.verify_commit(T=T, slots=slots)

@@ -7,7 +7,7 @@ set -u
 source "$(dirname "$0")/part.sh"
 gpu_setup verify_log.txt "${1:-}"
 TAIL=8 part tests 120 python3 -m pytest -m gpu tests/test_kernels.py -q -p no:cacheprovider -k chunked_verify
-FORMS=${FORMS:-"tokens;chunked;chunked:kc=16;chunked:kc=16,mr=128;chunked:bv=32;chunked:st=1;chunked:dot=tf32"}
+FORMS=${FORMS:-"tokens;chunked;chunked:kc=16;chunked:dot=split;chunked:dot=split,kc=16;chunked:kc=16,mr=128;chunked:bv=32;chunked:dot=tf32"}
 TAIL=40 part forms 190 python3 benchmarks/tune_replay.py --shapes nemotron3-super-mamba2,qwen3.5-122b-gdn --batch 256 \
   --no-steps --verify 8,4 --verify-window 16 --verify-form "$FORMS" --out "$OUT/verify_forms.json"
 TAIL=6 part kda 60 python3 benchmarks/tune_replay.py --shapes kimi-linear-kda --batch 256 \

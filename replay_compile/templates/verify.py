@@ -31,7 +31,10 @@ window), and its fold ``S_c <- Gc S_c + (Kh * W)^T Uh`` is one more product per 
 # NOTE [verify product precision]
 The products take fp32 operands as three TF32 tensor-core passes (``tf32x3``: about fp32's accuracy, the
 checkpoint's ~1e-6 relative error in the tests). ``dot="ieee"`` runs them as FMA loops instead, ``"tf32"`` in
-one pass (inexact: ~1e-3 of every read; a tuning point only). Float64 states keep the token loop.
+one pass (inexact: ~1e-3 of every read; a tuning point only). ``"split"`` uses what bf16 / fp16 activations
+give: their queries and keys are exact in TF32, so a product of the checkpoint with them takes two passes (the
+checkpoint as a high and a low TF32 part) and one of two of them a single pass, at the same accuracy.
+Float64 states keep the token loop.
 The GPU compiler wants 16 rows and inner dims, so ``BT``, ``BC`` and ``BKC`` are at least 16.
 
 # NOTE [verify product orientation]
@@ -53,9 +56,19 @@ from .sround import SR_FORMATS, slot_seed, stochastic_round
 
 
 @triton.jit
-def _mm(a, b, DOT: tl.constexpr):
-    """``a @ b`` of fp32 operands (NOTE [verify product precision])."""
-    return tl.dot(a, b, input_precision=DOT)
+def _mm(a, b, DOT: tl.constexpr, EXACT: tl.constexpr = 0):
+    """``a @ b`` of fp32 operands (NOTE [verify product precision]); ``EXACT``: 1 if ``b``, 2 if both hold values
+    that TF32 represents exactly (bf16 / fp16 activations), which ``DOT="split"`` uses to take fewer passes."""
+    if DOT == "split":
+        if EXACT == 2:
+            return tl.dot(a, b, input_precision="tf32")
+        elif EXACT == 1:  # a = hi + lo, each exact in TF32 to ~2^-22 of a; b needs no split
+            hi = (a.to(tl.uint32, bitcast=True) & 0xFFFFE000).to(tl.float32, bitcast=True)
+            return tl.dot(hi, b, input_precision="tf32") + tl.dot(a - hi, b, input_precision="tf32")
+        else:
+            return tl.dot(a, b, input_precision="tf32x3")
+    else:
+        return tl.dot(a, b, input_precision=DOT)
 
 
 @triton.jit
@@ -134,7 +147,7 @@ def verify_kernel(
     K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BKC: tl.constexpr, BV: tl.constexpr,
     DECAY: tl.constexpr, DELTA: tl.constexpr, HAS_SLOTS: tl.constexpr,
     LAYOUT_KV: tl.constexpr, SR: tl.constexpr, SR_MANT: tl.constexpr, SR_EMIN: tl.constexpr, CD: tl.constexpr,
-    DOT: tl.constexpr,
+    DOT: tl.constexpr, EXACT_QK: tl.constexpr,
     BHV: tl.constexpr, BHK: tl.constexpr, STAGES: tl.constexpr,
 ):
     """Row ``b``, value head ``h``, value tile ``vt`` of a verify of ``T`` tokens (no commit).
@@ -201,14 +214,14 @@ def verify_kernel(
             if DELTA:
                 PK += _mm(S, Kt * Gk[:, None], DOT)
         else:
-            KQ += _mm(tl.trans(Kt), Qt, DOT)
-            PQ += _mm(S, Qt, DOT)
+            KQ += _mm(tl.trans(Kt), Qt, DOT, 2 * EXACT_QK)
+            PQ += _mm(S, Qt, DOT, EXACT_QK)
             if DELTA:
-                KK += _mm(tl.trans(Kt), Kt, DOT)
-                PK += _mm(S, Kt, DOT)
-        HQ += _mm(Kh, Qt, DOT)
+                KK += _mm(tl.trans(Kt), Kt, DOT, 2 * EXACT_QK)
+                PK += _mm(S, Kt, DOT, EXACT_QK)
+        HQ += _mm(Kh, Qt, DOT, EXACT_QK * (DECAY < 2))
         if DELTA:
-            HK_ += _mm(Kh, Kt, DOT)
+            HK_ += _mm(Kh, Kt, DOT, EXACT_QK * (DECAY < 2))
 
     Gc, W, D, E = _decays(rla, xla, c, j, tt, T, LS, DECAY, CD)  # ones under per-channel decay (inside the products)
     Uh = _cols(ru, j, c, US, offs_v, mask_v, CD)  # [BV, BC] the window's updates
@@ -266,6 +279,7 @@ def verify_kernel(
 
 
 # ------------------------------------------------------------------------------------------ launcher
+_TF32_EXACT = (torch.bfloat16, torch.float16)  # dtypes whose every value TF32 holds exactly
 class VerifyTiling(NamedTuple):
     """Block sizes of a chunked verify launch (grid ``(Hv * value tiles, rows)``)."""
 
@@ -330,5 +344,6 @@ def launch(buf, spec, x, slots: Optional[torch.Tensor], out: torch.Tensor, **ove
         T=T, L=spec.window, BT=tile.BT, BC=tile.BC, HV=Hv, GROUP=Hv // spec.k_heads, K=K, V=V, BK=tile.BK,
         BKC=tile.BKC, BV=tile.BV, DECAY={"none": 0, "scalar": 1, "channel": 2}[spec.decay], DELTA=spec.delta,
         HAS_SLOTS=slots is not None, LAYOUT_KV=spec.layout == "kv", SR=spec.stochastic_rounding, SR_MANT=sr_mant,
-        SR_EMIN=sr_emin, CD=tl.float32, DOT=tile.dot, BHV=triton.next_power_of_2(Hv),
+        SR_EMIN=sr_emin, CD=tl.float32, DOT=tile.dot,
+        EXACT_QK=int(x.q.dtype in _TF32_EXACT and x.k.dtype in _TF32_EXACT), BHV=triton.next_power_of_2(Hv),
         BHK=triton.next_power_of_2(spec.k_heads), STAGES=tile.stages, num_warps=tile.num_warps, **cap)
