@@ -201,8 +201,8 @@ def test_vk_tiles_of_several_key_chunks(family, read):
                                            ("simple_gla", "vk"), ("kda", "kv"), ("gla", "vk")])
 def test_chunked_verify_over_key_chunks_and_value_tiles(family, layout):
     """The chunked verify (templates/verify.py) walking K = 40 in chunks of 16 (the last one partly masked) over
-    value tiles of 2 (V = 5), with pre-flushing rows, padding and drafts as long as the window; per-channel
-    decay (asked for: not its default) too."""
+    value tiles of 2 (V = 5), with pre-flushing rows, padding and drafts as long as the window, every decay
+    kind."""
     g = torch.Generator().manual_seed(60 + FAMILIES.index(family))
     p = Pair(family, B=3, H=2, Hk=1, K=40, V=5, L=6, layout=layout, generator=g, long_memory=True,
              tiling=dict(verify_tiling=dict(key_chunk=16, block_v=2), chunked=True))
@@ -218,32 +218,29 @@ def test_chunked_verify_split_products_on_bf16_activations(family):
     (NOTE [verify product precision]); the sum must stay exact (a dropped low part fails at 1e-5)."""
     g = torch.Generator().manual_seed(80 + FAMILIES.index(family))
     p = Pair(family, B=3, H=2, Hk=1, K=20, V=5, L=6, generator=g, long_memory=True, activations=torch.bfloat16,
-             tiling=dict(verify_tiling=dict(dot="split")))
+             tiling=dict(verify_tiling=dict(dot="split"), chunked=True))
     for T in (3, 4, 2, 5):
         p.verify_commit(T=T)
 
 
-@pytest.mark.parametrize("family", ["mamba2", "gated_deltanet"])
-def test_token_loop_verify(family):
-    """The replay template's token loop still serves verifies it is asked for (read copies and per-channel decay
-    use it by default; tuning compares it with the chunked verify)."""
-    _random_sequence(family, "kv", seed=70 + FAMILIES.index(family), tiling=dict(chunked=False))
-
-
-def test_chunked_verify_claims():
-    """Verifies (T >= 2, no commit) of scalar or no decay, fp32, no read copy run chunked by default, per-channel
-    decay when asked; the rest keep the loop; asking for it where it does not apply is an error."""
+def test_chunked_verify_is_opt_in(monkeypatch):
+    """Verifies run the replay template's token loop unless the chunked verify is asked for; it serves verifies
+    (T >= 2, no commit) on fp32 states without a read copy, and asking for it elsewhere is an error."""
     from replay_compile.templates import replay, verify
 
     spec = replay.ReplaySpec(decay="scalar", delta=True, raw=False, layout="kv", window=16, k_heads=2,
                              read_format=None, stochastic_rounding=False, seed=0)
-    claims = lambda T, dtype=torch.float32, commit=False, **kw: verify.claims(
+    supports = lambda T, dtype=torch.float32, commit=False, **kw: verify.supports(
         dataclasses.replace(spec, **kw), T, dtype, commit=commit, force_flush=False, materialize=False)
-    assert claims(2) and claims(8, decay="none") and claims(3, delta=False, layout="vk")
-    assert not (claims(1) or claims(4, commit=True) or claims(4, decay="channel") or claims(4, read_format="fp8")
-                or claims(4, dtype=torch.float64))
-    assert verify.supports(dataclasses.replace(spec, decay="channel"), 4, torch.float32, commit=False,
-                           force_flush=False, materialize=False)
+    assert supports(2) and supports(8, decay="none") and supports(3, delta=False, layout="vk")
+    assert supports(4, decay="channel")
+    assert not (supports(1) or supports(4, commit=True) or supports(4, read_format="fp8")
+                or supports(4, dtype=torch.float64))
+    launched = []
+    monkeypatch.setattr(verify, "launch", lambda *a, **kw: launched.append(a))
+    p = Pair("gated_deltanet", B=2, H=2, Hk=1, K=4, V=3, L=4, generator=torch.Generator().manual_seed(6))
+    p.verify_commit(T=2)
+    assert not launched
     p = Pair("kda", B=2, H=2, Hk=1, K=4, V=3, L=4, read="bf16", generator=torch.Generator().manual_seed(6))
     with pytest.raises(ValueError, match="chunked verify"):
         triton_impl.advance_into(p.tri, p.inputs(2, T=2), None, torch.empty(2, 2, 2, 3, device=DEVICE),

@@ -1,8 +1,8 @@
 """Triton implementation of the replay operations (same interface and semantics as ``reference.py``).
 
 ``advance`` runs one replay call (decode step, verify of T tokens, or the standard route with
-``force_flush``) as one launch of the replay template, or, for the verifies it claims
-(``templates/verify.py``), of the chunked verify template; the last program of each row moves the row's
+``force_flush``) as one launch of the replay template, or, for a verify asked to (``chunked=True``), of the
+chunked verify template (``templates/verify.py``); the last program of each row moves the row's
 cursors (``templates/cursors.py`` NOTE [the last program moves the cursors]).
 ``commit`` is one tiny launch; ``materialize`` is the replay template with no tokens. Nothing here
 reads a device value on the host, so every operation can be captured in a CUDA graph.
@@ -46,17 +46,14 @@ def advance_into(rs, x: Canonical, slots, out: torch.Tensor, *, commit: bool, fo
                  chunked: Optional[bool] = None, verify_tiling: Optional[dict] = None) -> torch.Tensor:
     """:func:`advance` writing into ``out [B, T, Hv, V]`` (contiguous, compute dtype); the keywords override
     ``templates.replay.tiling`` and ``templates.verify.tiling`` (``verify_tiling``), and ``chunked`` a verify's
-    template (True: the chunked verify, False: the replay template's token loop; tuning tools and tests)."""
+    template (True: the chunked verify, opt-in; tuning tools and tests)."""
     B, T = x.q.shape[:2]
     if out.shape != (B, T, rs.num_heads, rs.head_v) or out.dtype != rs.compute_dtype or not out.is_contiguous():
         raise ValueError(f"out must be a contiguous {rs.compute_dtype} tensor [{B}, {T}, {rs.num_heads}, {rs.head_v}]")
     spec = _spec(rs)
-    call = dict(commit=commit, force_flush=force_flush, materialize=False)
-    if T < 2 or commit or force_flush:
-        chunked = None  # the choice of template is a verify's
-    if chunked and not verify.supports(spec, T, rs.compute_dtype, **call):
-        raise ValueError("the chunked verify serves verifies on fp32 states without a read copy")
-    if verify.claims(spec, T, rs.compute_dtype, **call) if chunked is None else chunked:
+    if chunked and T >= 2 and not (commit or force_flush):  # a verify's template (steps ignore the choice)
+        if not verify.supports(spec, T, rs.compute_dtype, commit=commit, force_flush=force_flush, materialize=False):
+            raise ValueError("the chunked verify serves verifies on fp32 states without a read copy")
         verify.launch(_buffers(rs), spec, x, _slots(slots), out, **(verify_tiling or {}))
         return out
     replay.launch(_buffers(rs), spec, x, _slots(slots), out, commit=commit, force_flush=force_flush,

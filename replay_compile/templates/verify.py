@@ -1,5 +1,10 @@
 """The chunked verify template: a speculative verify of ``T`` draft tokens as small matrix products.
 
+Status (2026-12-06): opt-in (``advance_into(..., chunked=True)``, ``tune_replay.py --verify-form chunked``).
+Exact on the CPU; on an H100 it timed slower than the replay template's token loop at T = 4 and faster at T = 8
+only with ``dot="split"`` (BENCHMARKS.md), and its GPU kernel test hit an illegal address
+(``test_chunked_verify_gpu``, fp32 activations with padding rows); the token loop stays the default verify.
+
 One program owns one row, one value head and one value tile ``[BV]``. It walks the checkpoint's key axis in
 chunks of ``BKC`` keys and takes every read the call needs from each chunk at once, as products on the tensor
 cores; the tile is never whole in registers, and no product waits on another token. After the walk, the
@@ -300,12 +305,6 @@ def supports(spec, T: int, compute_dtype: torch.dtype, *, commit: bool, force_fl
     read copy (read copies and float64 keep the replay template's token loop)."""
     return (T >= 2 and not (commit or force_flush or materialize) and spec.read_format is None
             and compute_dtype == torch.float32)
-
-
-def claims(spec, T: int, compute_dtype: torch.dtype, **call) -> bool:
-    """Whether a call runs here by default: what :func:`supports`, for the decay kinds where it was timed faster
-    than the token loop (scalar and none; per-channel decay only when asked for)."""
-    return supports(spec, T, compute_dtype, **call) and spec.decay in ("none", "scalar")
 
 
 def tiling(K: int, V: int, T: int, L: int, key_chunk: Optional[int] = None, block_v: Optional[int] = None,
