@@ -241,6 +241,9 @@ def test_chunked_verify_is_opt_in(monkeypatch):
     p = Pair("gated_deltanet", B=2, H=2, Hk=1, K=4, V=3, L=4, generator=torch.Generator().manual_seed(6))
     p.verify_commit(T=2)
     assert not launched
+    with pytest.raises(ValueError, match="more than 4 warps"):  # NOTE [verify warps]
+        verify.tiling(128, 128, 8, 24, num_warps=8)
+    assert verify.tiling(128, 128, 8, 24, num_warps=8, block_v=128).num_warps == 8
     p = Pair("kda", B=2, H=2, Hk=1, K=4, V=3, L=4, read="bf16", generator=torch.Generator().manual_seed(6))
     with pytest.raises(ValueError, match="chunked verify"):
         triton_impl.advance_into(p.tri, p.inputs(2, T=2), None, torch.empty(2, 2, 2, 3, device=DEVICE),
@@ -378,8 +381,8 @@ def test_real_shapes_gpu(name, L):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name,variants", [
-    ("qwen3.5-122b-gdn", [{}, dict(block_v=32), dict(block_v=128, num_warps=8), dict(num_warps=8),
-                          dict(key_chunk=16), dict(key_chunk=16, max_registers=128), dict(key_chunk=16, num_warps=8),
+    ("qwen3.5-122b-gdn", [{}, dict(block_v=32), dict(block_v=128, num_warps=8),
+                          dict(key_chunk=16), dict(key_chunk=16, max_registers=128),
                           dict(key_chunk=64), dict(dot="ieee"), dict(stages=1), dict(stages=3), dict(dot="split"),
                           dict(dot="split", key_chunk=16)]),
     ("nemotron3-super-mamba2", [{}, dict(dot="ieee"), dict(key_chunk=16, max_registers=128), dict(dot="split")]),

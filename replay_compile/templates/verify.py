@@ -3,7 +3,7 @@
 Status (2026-12-06): opt-in (``advance_into(..., chunked=True)``, ``tune_replay.py --verify-form chunked``).
 Exact on the CPU; on an H100 it timed slower than the replay template's token loop at T = 4 and faster at T = 8
 only with ``dot="split"`` (BENCHMARKS.md), and its GPU kernel test hit an illegal address
-(``test_chunked_verify_gpu``, fp32 activations with padding rows); the token loop stays the default verify.
+at 8 warps on value tiles of 64 (NOTE [verify warps], refused since); the token loop stays the default verify.
 
 One program owns one row, one value head and one value tile ``[BV]``. It walks the checkpoint's key axis in
 chunks of ``BKC`` keys and takes every read the call needs from each chunk at once, as products on the tensor
@@ -284,6 +284,11 @@ def verify_kernel(
 
 
 # ------------------------------------------------------------------------------------------ launcher
+# NOTE [verify warps]
+# On an H100 (triton 3.6, 2026-12-06) 8 warps on value tiles of 64 with chunks of 32 keys made an illegal memory
+# access in a GDN verify of 8 tokens (batch 5, L = 13, fp32 and CUDA_LAUNCH_BLOCKING=1; exact at 4 warps, and at
+# 8 warps on tiles of 128 or with chunks of 16 keys): a miscompile or an unexplained bug of this template, not
+# found on the CPU. Until it is understood, more than 4 warps are refused below tiles of 128.
 _TF32_EXACT = (torch.bfloat16, torch.float16)  # dtypes whose every value TF32 holds exactly
 class VerifyTiling(NamedTuple):
     """Block sizes of a chunked verify launch (grid ``(Hv * value tiles, rows)``)."""
@@ -314,6 +319,8 @@ def tiling(K: int, V: int, T: int, L: int, key_chunk: Optional[int] = None, bloc
     BKC = max(16, min(key_chunk or 32, triton.next_power_of_2(K)))
     BK = max(triton.next_power_of_2(K), BKC)
     BV = block_v or min(triton.next_power_of_2(V), 64)
+    if (num_warps or 4) > 4 and BV < 128:  # NOTE [verify warps]
+        raise ValueError(f"the chunked verify runs more than 4 warps only on value tiles of 128 (got {BV})")
     return VerifyTiling(max(16, triton.next_power_of_2(T)), max(16, triton.next_power_of_2(L)), BK, BKC, BV,
                         num_warps or 4, 2 if stages is None else stages, dot or "tf32x3", max_registers)
 
