@@ -1,9 +1,9 @@
 """The chunked verify template: a speculative verify of ``T`` draft tokens as small matrix products.
 
 Status (2026-12-06): opt-in (``advance_into(..., chunked=True)``, ``tune_replay.py --verify-form chunked``).
-Exact on the CPU; on an H100 it timed slower than the replay template's token loop at T = 4 and faster at T = 8
-only with ``dot="split"`` (BENCHMARKS.md), and its GPU kernel test hit an illegal address
-at 8 warps on value tiles of 64 (NOTE [verify warps], refused since); the token loop stays the default verify.
+Exact on the CPU and, at real shapes, on an H100; there it timed slower than the replay template's token loop at
+T = 4 and faster only at T = 8 (BENCHMARKS.md), and 8 warps on value tiles of 64 made an illegal memory access
+(NOTE [verify warps], refused since). The token loop stays the default verify.
 
 One program owns one row, one value head and one value tile ``[BV]``. It walks the checkpoint's key axis in
 chunks of ``BKC`` keys and takes every read the call needs from each chunk at once, as products on the tensor
@@ -32,6 +32,8 @@ the exponential of a sum of log-decays over the positions between two points (``
 log-decays), never a difference of prefix sums, so ``log_a = -inf`` gives 0, not NaN (NOTE [window weights
 without differences] in ``replay.py``). A ``pre`` row's outputs use the same algebra (its records are still its
 window), and its fold ``S_c <- Gc S_c + (Kh * W)^T Uh`` is one more product per chunk, stored chunk by chunk.
+Per-channel decay (KDA, GLA) puts ``Gc``, ``W`` and ``D`` into the operands key channel by key channel
+(``_chunk_decays``), and ``E`` into the draft-key dots as a ``[BT, BKC, BT]`` factor summed over the chunk's keys.
 
 # NOTE [verify product precision]
 The products take fp32 operands as three TF32 tensor-core passes (``tf32x3``: about fp32's accuracy, the
