@@ -30,8 +30,7 @@ from replay_compile.templates.standard import standard_step
 
 
 _VERIFY_KEYS = {"bv": ("block_v", int), "kc": ("key_chunk", int), "nw": ("num_warps", int), "st": ("stages", int),
-                "dot": ("dot", str),
-                "mr": ("max_registers", int)}
+                "dot": ("dot", str), "mr": ("max_registers", int)}
 
 
 def verify_form(form: str) -> dict:

@@ -212,6 +212,18 @@ def test_chunked_verify_over_key_chunks_and_value_tiles(family, layout):
         p.step(slots=slots)
 
 
+def test_chunked_verify_folds_into_16_bit_checkpoints():
+    """A chunked verify's pre-flushing rows write bf16 / fp16 checkpoints stochastically rounded bit for bit as
+    rounding.py does (seeded per slot, flush and element, both layouts)."""
+    g = torch.Generator().manual_seed(90)
+    for ckpt, layout in ((torch.bfloat16, "kv"), (torch.float16, "vk")):
+        p = Pair("gated_deltanet", B=2, H=2, Hk=1, K=5, V=3, L=4, layout=layout, dtype=ckpt, sr=True, generator=g,
+                 tiling=dict(chunked=True))
+        for T in (3, 3, 2, 4):
+            p.verify_commit(T=T)
+        assert p.tri.flushes.sum() > 0
+
+
 @pytest.mark.parametrize("family", ["mamba2", "gated_deltanet"])
 def test_chunked_verify_split_products_on_bf16_activations(family):
     """``dot="split"``: with bf16 queries and keys the checkpoint's products take a high and a low TF32 part

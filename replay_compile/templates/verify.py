@@ -59,7 +59,8 @@ import triton
 import triton.language as tl
 
 from .cursors import finalize_row, load_row, row_phase
-from .sround import SR_FORMATS, slot_seed, stochastic_round
+from .replay import _any_nonfinite, _ring, _ring1, _store_checkpoint
+from .sround import SR_FORMATS
 
 
 @triton.jit
@@ -79,34 +80,21 @@ def _mm(a, b, DOT: tl.constexpr, EXACT: tl.constexpr = 0):
 
 
 @triton.jit
-def _rows(ptr, rows, n, stride, cols, col_mask, CD: tl.constexpr):
-    """``[R, C]`` records ``ptr + r * stride + c`` for rows ``r < n`` (0 elsewhere)."""
-    m = (rows < n)[:, None] & col_mask[None, :]
-    return tl.load(ptr + rows[:, None] * stride + cols[None, :], mask=m, other=0.0).to(CD)
-
-
-@triton.jit
 def _cols(ptr, cols, n, stride, rows, row_mask, CD: tl.constexpr):
-    """``[R, C]`` records ``ptr + c * stride + r`` for columns ``c < n`` (0 elsewhere): :func:`_rows` transposed."""
+    """``[R, C]`` records ``ptr + c * stride + r`` for columns ``c < n`` (0 elsewhere): ``replay._ring`` transposed."""
     m = row_mask[:, None] & (cols < n)[None, :]
     return tl.load(ptr + cols[None, :] * stride + rows[:, None], mask=m, other=0.0).to(CD)
 
 
 @triton.jit
-def _nonfinite(x):
-    return tl.sum((~(tl.abs(x) < float("inf"))).to(tl.int32)) > 0
-
-
-@triton.jit
-def _decays(rla, xla, c, j, tt, T: tl.constexpr, LS: tl.constexpr, DECAY: tl.constexpr, CD: tl.constexpr):
-    """``(Gc, W [BC], D [BT], E [BT, BT])`` of NOTE [chunked verify algebra], ``E`` transposed (``E[s, t]``: from
-    token ``s`` to ``t``); all ones without decay."""
+def _decays(rla, xla, c, j, tt, bad, T: tl.constexpr, LS: tl.constexpr, DECAY: tl.constexpr, CD: tl.constexpr):
+    """``(Gc, W [BC], D [BT], E [BT, BT], bad)`` of NOTE [chunked verify algebra], ``E`` transposed (``E[s, t]``:
+    from token ``s`` to ``t``); all ones without decay or under per-channel decay (inside the products there)."""
     if DECAY == 1:
-        la_h = tl.load(rla + j * LS, mask=j < c, other=0.0).to(CD)
-        la_next = tl.load(rla + (j + 1) * LS, mask=j + 1 < c, other=0.0).to(CD)
-        Gc = tl.exp(tl.sum(la_h, 0))
-        W = tl.exp(tl.cumsum(la_next, 0, reverse=True))  # sum over j < r < c
-        la_d = tl.load(xla + tt * LS, mask=tt < T, other=0.0).to(CD)
+        Gc = tl.exp(tl.sum(_ring1(rla, LS, j, c, CD), 0))
+        W = tl.exp(tl.cumsum(_ring1(rla, LS, j + 1, c, CD), 0, reverse=True))  # sum over j < r < c
+        la_d = _ring1(xla, LS, tt, T, CD)
+        bad = bad | _any_nonfinite(la_d)
         D = tl.exp(tl.cumsum(la_d, 0))
         later = tt[None, :] > tt[:, None]  # [s, r]: r > s
         E = tl.exp(tl.cumsum(tl.where(later, la_d[None, :], 0.0), 1))  # [s, t]: sum over s < r <= t
@@ -115,21 +103,21 @@ def _decays(rla, xla, c, j, tt, T: tl.constexpr, LS: tl.constexpr, DECAY: tl.con
         W = tl.full(j.shape, 1.0, CD)
         D = tl.full(tt.shape, 1.0, CD)
         E = tl.full([tt.shape[0], tt.shape[0]], 1.0, CD)
-    return Gc, W, D, E
+    return Gc, W, D, E, bad
 
 
 @triton.jit
-def _chunk_decays(rla, xla, c, j, tt, kk, mk, T: tl.constexpr, LS: tl.constexpr, CD: tl.constexpr):
-    """Per-channel decay over one key chunk: ``(Gc [BKC], W [BC, BKC], D [BKC, BT], E [BT, BKC, BT])``, the
+def _chunk_decays(rla, xla, c, j, tt, kk, mk, bad, T: tl.constexpr, LS: tl.constexpr, CD: tl.constexpr):
+    """Per-channel decay over one key chunk: ``(Gc [BKC], W [BC, BKC], D [BKC, BT], E [BT, BKC, BT], bad)``, the
     factors of NOTE [chunked verify algebra] per key channel (``E[s, k, t]``: from token ``s`` to ``t``)."""
-    la_h = _rows(rla, j, c, LS, kk, mk, CD)
-    Gc = tl.exp(tl.sum(la_h, 0))
-    W = tl.exp(tl.cumsum(_rows(rla, j + 1, c, LS, kk, mk, CD), 0, reverse=True))  # sum over j < r < c
+    Gc = tl.exp(tl.sum(_ring(rla, LS, j, c, kk, mk, CD), 0))
+    W = tl.exp(tl.cumsum(_ring(rla, LS, j + 1, c, kk, mk, CD), 0, reverse=True))  # sum over j < r < c
     la_d = _cols(xla, tt, T, LS, kk, mk, CD)  # [BKC, BT]
+    bad = bad | _any_nonfinite(la_d)
     D = tl.exp(tl.cumsum(la_d, 1))
     later = tt[None, None, :] > tt[:, None, None]  # [s, ., r]: r > s
     E = tl.exp(tl.cumsum(tl.where(later, la_d[None, :, :], 0.0), 2))  # sum over s < r <= t
-    return Gc, W, D, E
+    return Gc, W, D, E, bad
 
 
 @triton.jit
@@ -206,11 +194,10 @@ def verify_kernel(
                     mask=mask_v[:, None] & mk[None, :], other=0.0).to(CD)
         Qt = _cols(xq, tt, T, KS, kk, mk, CD)  # [BKC, BT]
         Kt = _cols(xk, tt, T, KS, kk, mk, CD)
-        Kh = _rows(rk, j, c, KS, kk, mk, CD)  # [BC, BKC]
-        bad = bad | _nonfinite(Qt) | _nonfinite(Kt)
+        Kh = _ring(rk, KS, j, c, kk, mk, CD)  # [BC, BKC]
+        bad = bad | _any_nonfinite(Qt) | _any_nonfinite(Kt)
         if DECAY == 2:  # the decays enter the operands, key channel by key channel
-            Gk, Wh, Dt, E3 = _chunk_decays(rla, xla, c, j, tt, kk, mk, T, LS, CD)
-            bad = bad | _nonfinite(_cols(xla, tt, T, LS, kk, mk, CD))
+            Gk, Wh, Dt, E3, bad = _chunk_decays(rla, xla, c, j, tt, kk, mk, bad, T, LS, CD)
             Kh = Kh * Wh
             KQ += tl.sum(tl.trans(Kt)[:, :, None] * Qt[None, :, :] * E3, 1)
             if DELTA:
@@ -230,17 +217,15 @@ def verify_kernel(
         if DELTA:
             HK_ += _mm(Kh, Kt, DOT, EXACT_QK * (DECAY < 2))
 
-    Gc, W, D, E = _decays(rla, xla, c, j, tt, T, LS, DECAY, CD)  # ones under per-channel decay (inside the products)
+    Gc, W, D, E, bad = _decays(rla, xla, c, j, tt, bad, T, LS, DECAY, CD)
     Uh = _cols(ru, j, c, US, offs_v, mask_v, CD)  # [BV, BC] the window's updates
     XQ = D[None, :] * (Gc * PQ + _mm(Uh, HQ * W[:, None], DOT))
     U = _cols(v + b * T * US + h * V, tt, T, US, offs_v, mask_v, CD)  # [BV, BT] the drafts' v
-    bad = bad | _nonfinite(U)
-    if DECAY == 1:
-        bad = bad | _nonfinite(tl.load(xla + tt * LS, mask=toks, other=0.0))
+    bad = bad | _any_nonfinite(U)
     before = tt[:, None] < tt[None, :]  # [s, t]: s < t
     if DELTA:
-        beta_d = tl.load(beta + b * T * HV + h + tt * HV, mask=toks, other=0.0).to(CD)
-        bad = bad | _nonfinite(beta_d)
+        beta_d = _ring1(beta + b * T * HV + h, HV, tt, T, CD)
+        bad = bad | _any_nonfinite(beta_d)
         XK = D[None, :] * (Gc * PK + _mm(Uh, HK_ * W[:, None], DOT))
         A = tl.trans(tl.where(before, beta_d[None, :] * E * KK, 0.0))  # A[t, s], s < t
         U = _mm(beta_d[None, :] * (U - XK), tl.trans(_unit_lower_inverse(A, tt, T)), DOT)
@@ -252,23 +237,17 @@ def verify_kernel(
         for kc in tl.range(0, BK // BKC):
             kk = kc * BKC + tl.arange(0, BKC)
             mk = kk < K
-            mask_vk = mask_v[:, None] & mk[None, :]
-            s_chunk = s_head + offs_v[:, None] * stride_sv + kk[None, :] * stride_sk
-            S = tl.load(s_chunk, mask=mask_vk, other=0.0).to(CD)
-            Kh = _rows(rk, j, c, KS, kk, mk, CD)
+            mask_kv = mk[:, None] & mask_v[None, :]
+            s_chunk = s_head + kk[:, None] * stride_sk + offs_v[None, :] * stride_sv  # [BKC, BV], as replay's tiles
+            S = tl.load(s_chunk, mask=mask_kv, other=0.0).to(CD)
+            Kh = _ring(rk, KS, j, c, kk, mk, CD)
             if DECAY == 2:
-                Gk, Wh, _, _ = _chunk_decays(rla, xla, c, j, tt, kk, mk, T, LS, CD)
-                new = S * Gk[None, :] + _mm(Uh, Kh * Wh, DOT)
+                Gk, Wh, _, _, _ = _chunk_decays(rla, xla, c, j, tt, kk, mk, bad, T, LS, CD)
+                new = S * Gk[:, None] + tl.trans(_mm(Uh, Kh * Wh, DOT))
             else:
-                new = Gc * S + _mm(Uh, Kh * W[:, None], DOT)
-            if SR:  # seeded per slot, flush and element, as replay._store_checkpoint
-                if LAYOUT_KV:
-                    phys = kk[None, :] * V + offs_v[:, None]
-                else:
-                    phys = offs_v[:, None] * K + kk[None, :]
-                new = stochastic_round(new, slot_seed(seed, slot, tl.load(flushes + slot)),
-                                       (h * K * V + phys).to(tl.int32), SR_MANT, SR_EMIN)
-            tl.store(s_chunk, new.to(state.dtype.element_ty), mask=mask_vk)
+                new = Gc * S + tl.trans(_mm(Uh, Kh * W[:, None], DOT))
+            _store_checkpoint(new, state, s_chunk, mask_kv, state, state, state, flushes, seed, slot, slot * HV + h,
+                              h, kk, offs_v, K, V, BKC, BV, 0, LAYOUT_KV, SR, SR_MANT, SR_EMIN, CD)
 
     tl.debug_barrier()  # every thread has read the window's updates before the drafts' overwrite a pre row's
     pos = count0 + tt
@@ -284,7 +263,6 @@ def verify_kernel(
             tl.store(tickets + slot, 0)
 
 
-
 # ------------------------------------------------------------------------------------------ launcher
 # NOTE [verify warps]
 # On an H100 (triton 3.6, 2026-12-06) 8 warps on value tiles of 64 with chunks of 32 keys made an illegal memory
@@ -292,6 +270,8 @@ def verify_kernel(
 # 8 warps on tiles of 128 or with chunks of 16 keys): a miscompile or an unexplained bug of this template, not
 # found on the CPU. Until it is understood, more than 4 warps are refused below tiles of 128.
 _TF32_EXACT = (torch.bfloat16, torch.float16)  # dtypes whose every value TF32 holds exactly
+
+
 class VerifyTiling(NamedTuple):
     """Block sizes of a chunked verify launch (grid ``(Hv * value tiles, rows)``)."""
 
