@@ -224,13 +224,15 @@ def test_chunked_verify_folds_into_16_bit_checkpoints():
         assert p.tri.flushes.sum() > 0
 
 
-@pytest.mark.parametrize("family", ["mamba2", "gated_deltanet"])
-def test_chunked_verify_split_products_on_bf16_activations(family):
-    """``dot="split"``: with bf16 queries and keys the checkpoint's products take a high and a low TF32 part
-    (NOTE [verify product precision]); the sum must stay exact (a dropped low part fails at 1e-5)."""
+@pytest.mark.parametrize("dot", ["split", "bf16x3"])
+@pytest.mark.parametrize("family", ["mamba2", "gated_deltanet", "kda"])
+def test_chunked_verify_split_products_on_bf16_activations(family, dot):
+    """``dot="split"``: with bf16 queries and keys the checkpoint's products take a high and a low TF32 part;
+    ``"bf16x3"``: three bf16 parts of every fp32 operand (NOTE [verify product precision]). The sums must stay
+    exact (a dropped low part fails at 1e-5)."""
     g = torch.Generator().manual_seed(80 + FAMILIES.index(family))
     p = Pair(family, B=3, H=2, Hk=1, K=20, V=5, L=6, generator=g, long_memory=True, activations=torch.bfloat16,
-             tiling=dict(verify_tiling=dict(dot="split"), chunked=True))
+             tiling=dict(verify_tiling=dict(dot=dot), chunked=True))
     for T in (3, 4, 2, 5):
         p.verify_commit(T=T)
 
@@ -397,17 +399,20 @@ def test_real_shapes_gpu(name, L):
                           dict(key_chunk=16), dict(key_chunk=16, max_registers=128),
                           dict(key_chunk=64), dict(dot="ieee"), dict(stages=1), dict(stages=3), dict(dot="split"),
                           dict(dot="split", key_chunk=16)]),
-    ("nemotron3-super-mamba2", [{}, dict(dot="ieee"), dict(key_chunk=16, max_registers=128), dict(dot="split")]),
-    ("nemotron3-nano-mamba2", [{}]),
+    ("qwen3.5-122b-gdn", [dict(dot="bf16x3"), dict(dot="bf16x3", num_warps=1), dict(dot="bf16x3", num_warps=2),
+                          dict(dot="bf16x3", num_warps=1, key_chunk=64), dict(dot="bf16x3", num_warps=1, block_v=32)]),
+    ("nemotron3-super-mamba2", [{}, dict(dot="ieee"), dict(key_chunk=16, max_registers=128), dict(dot="split"),
+                                dict(dot="bf16x3"), dict(dot="bf16x3", num_warps=1), dict(dot="bf16x3", num_warps=2)]),
+    ("nemotron3-nano-mamba2", [{}, dict(dot="bf16x3", num_warps=1)]),
     ("qwen3.5-4b-gdn", [{}]),
-    ("kimi-linear-kda", [{}, dict(key_chunk=16)])])
+    ("kimi-linear-kda", [{}, dict(key_chunk=16), dict(dot="bf16x3", num_warps=1, key_chunk=16)])])
 def test_chunked_verify_gpu(name, variants):
     """The chunked verify at real shapes on the GPU, for every tiling the tuning sweeps: drafts of 8 and 5 tokens
     at L = 13 (rows that pre-flush and rows that do not), padding, random acceptance; 3xTF32 (and FMA) products
     within the fp32 tolerance."""
     for i, vt in enumerate(variants):
         p = _real_pair(name, B=5, L=13, seed=4 + i, tiling=dict(verify_tiling=vt, chunked=True),
-                       activations=torch.bfloat16 if vt.get("dot") == "split" else torch.float32)
+                       activations=torch.bfloat16 if vt.get("dot") in ("split", "bf16x3") else torch.float32)
         slots = torch.tensor([4, -1, 0, 2, 1, 3], device=DEVICE)
         for T in (8, 5, 8, 8):
             p.verify_commit(T=T, slots=slots)

@@ -41,7 +41,11 @@ checkpoint's ~1e-6 relative error in the tests). ``dot="ieee"`` runs them as FMA
 one pass (inexact: ~1e-3 of every read; a tuning point only). ``"split"`` uses what bf16 / fp16 activations
 give: their queries and keys are exact in TF32, so a product of the checkpoint with them takes two passes (the
 checkpoint as a high and a low TF32 part) and one of two of them a single pass, at the same accuracy.
-Float64 states keep the token loop.
+``"bf16x3"`` takes bf16 products, as the reference fork's verify does, but keeps fp32's accuracy: an fp32 operand
+goes in as three bf16 parts (``_bf16_parts``: 24 bits of mantissa), bf16 activations as they are, so a read of the
+checkpoint by a query costs three bf16 passes and a dot of two keys one; bf16 operands are half the registers and
+shared memory of TF32 ones, which is what the fork's one-warp programs live on. ``"bf16"`` (one pass, the fork's
+rounding of the checkpoint on every read: ~4e-3) is a tuning point only. Float64 states keep the token loop.
 The GPU compiler wants 16 rows and inner dims, so ``BT``, ``BC`` and ``BKC`` are at least 16.
 
 # NOTE [verify product orientation]
@@ -52,6 +56,7 @@ rows the warps split them: 246 registers, no spills (``benchmarks/sm90_report.py
 """
 from __future__ import annotations
 
+import os
 from typing import NamedTuple, Optional
 
 import torch
@@ -62,12 +67,58 @@ from .cursors import finalize_row, load_row, row_phase
 from .replay import _any_nonfinite, _ring, _ring1, _store_checkpoint
 from .sround import SR_FORMATS
 
+# NOTE [bf16 products under the interpreter]
+# Under TRITON_INTERPRET=1 (triton 3.6) ``tl.dot`` of bf16 operands returns garbage (16x16 products of randn off by
+# ~1e10), while casts to and from bf16 are usable. bf16 products therefore run as fp32 products of the same bf16
+# values there (``_dot16``): the CPU tests check the splitting and the algebra, the GPU tests the bf16 products.
+INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") == "1")
+
+
+@triton.jit
+def _bf16_parts(a):
+    """fp32 ``a`` as three bf16 parts ``hi + mid + lo`` that hold it to ~2^-24 of ``|a|`` (each part rounds the
+    remainder of the ones before; the subtractions are exact in fp32)."""
+    hi = a.to(tl.bfloat16)
+    r = a - hi.to(tl.float32)
+    mid = r.to(tl.bfloat16)
+    return hi, mid, (r - mid.to(tl.float32)).to(tl.bfloat16)
+
+
+@triton.jit
+def _dot16(a, b, acc=None):
+    """``a @ b (+ acc)`` of bf16 operands, fp32 result. The interpreter's bf16 products are garbage (NOTE [bf16
+    products under the interpreter]), so there the same values go through an fp32 product."""
+    if INTERPRETED:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
+    return tl.dot(a, b, acc)
+
+
+@triton.jit
+def _mm_bf16x3(a, b, EXACT: tl.constexpr):
+    """``a @ b`` as bf16 tensor-core products with fp32 accumulation, fp32's accuracy: an operand that bf16 holds
+    exactly (``EXACT``: 1 for ``b``, 2 for both) goes in as it is, the other as its three parts; with two split
+    operands the six products of order <= 2 are kept (the rest are below 2^-24). Smallest terms first."""
+    if EXACT == 2:
+        return _dot16(a.to(tl.bfloat16), b.to(tl.bfloat16))
+    a_hi, a_mid, a_lo = _bf16_parts(a)
+    if EXACT == 1:
+        b16 = b.to(tl.bfloat16)
+        return _dot16(a_hi, b16, _dot16(a_mid, b16, _dot16(a_lo, b16)))
+    b_hi, b_mid, b_lo = _bf16_parts(b)
+    acc = _dot16(a_mid, b_mid, _dot16(a_hi, b_lo, _dot16(a_lo, b_hi)))
+    return _dot16(a_hi, b_hi, _dot16(a_mid, b_hi, _dot16(a_hi, b_mid, acc)))
+
 
 @triton.jit
 def _mm(a, b, DOT: tl.constexpr, EXACT: tl.constexpr = 0):
     """``a @ b`` of fp32 operands (NOTE [verify product precision]); ``EXACT``: 1 if ``b``, 2 if both hold values
-    that TF32 represents exactly (bf16 / fp16 activations), which ``DOT="split"`` uses to take fewer passes."""
-    if DOT == "split":
+    that the products' input format represents exactly (TF32: bf16 / fp16 activations, bf16: bf16 ones), which
+    ``DOT="split"`` and ``"bf16x3"`` use to take fewer passes."""
+    if DOT == "bf16x3":
+        return _mm_bf16x3(a, b, EXACT)
+    elif DOT == "bf16":  # one inexact pass (the reference fork's arithmetic): a tuning point only
+        return _dot16(a.to(tl.bfloat16), b.to(tl.bfloat16))
+    elif DOT == "split":
         if EXACT == 2:
             return tl.dot(a, b, input_precision="tf32")
         elif EXACT == 1:  # a = hi + lo, each exact in TF32 to ~2^-22 of a; b needs no split
@@ -269,7 +320,8 @@ def verify_kernel(
 # access in a GDN verify of 8 tokens (batch 5, L = 13, fp32 and CUDA_LAUNCH_BLOCKING=1; exact at 4 warps, and at
 # 8 warps on tiles of 128 or with chunks of 16 keys): a miscompile or an unexplained bug of this template, not
 # found on the CPU. Until it is understood, more than 4 warps are refused below tiles of 128.
-_TF32_EXACT = (torch.bfloat16, torch.float16)  # dtypes whose every value TF32 holds exactly
+# activations whose every value the products' input format holds exactly (TF32 for "split", bf16 for "bf16x3")
+_EXACT_IN = {"split": (torch.bfloat16, torch.float16), "bf16x3": (torch.bfloat16,)}
 
 
 class VerifyTiling(NamedTuple):
@@ -333,5 +385,5 @@ def launch(buf, spec, x, slots: Optional[torch.Tensor], out: torch.Tensor, **ove
         BKC=tile.BKC, BV=tile.BV, DECAY={"none": 0, "scalar": 1, "channel": 2}[spec.decay], DELTA=spec.delta,
         HAS_SLOTS=slots is not None, LAYOUT_KV=spec.layout == "kv", SR=spec.stochastic_rounding, SR_MANT=sr_mant,
         SR_EMIN=sr_emin, CD=tl.float32, DOT=tile.dot,
-        EXACT_QK=int(x.q.dtype in _TF32_EXACT and x.k.dtype in _TF32_EXACT), BHV=triton.next_power_of_2(Hv),
+        EXACT_QK=int({x.q.dtype, x.k.dtype} <= set(_EXACT_IN.get(tile.dot, ()))), BHV=triton.next_power_of_2(Hv),
         BHK=triton.next_power_of_2(spec.k_heads), STAGES=tile.stages, num_warps=tile.num_warps, **cap)
