@@ -8,7 +8,7 @@ alone), beside our standard kernel, with GB/s against the copy bandwidth of the 
 adds a verify of T tokens + commit of all (L = w + T for each ``--verify-window`` w, default 16; fp32 checkpoint unless
 ``--verify-read``) per (block_v, num_warps, maxnreg) on the token loop, and per ``--verify-form`` variant (``tokens``:
 the token loop; ``chunked`` with optional ``key=value`` overrides of ``templates/verify.py``'s tiling, e.g.
-``chunked:bv=32,nw=2,kc=64,st=1,dot=ieee,mr=128``).
+``chunked:bv=32,nw=2,kc=64,st=1,dot=ieee,mr=128,bt=8``).
 
     python benchmarks/tune_replay.py --batch 256 --out tune.json
 """
@@ -30,7 +30,7 @@ from replay_compile.templates.standard import standard_step
 
 
 _VERIFY_KEYS = {"bv": ("block_v", int), "kc": ("key_chunk", int), "nw": ("num_warps", int), "st": ("stages", int),
-                "dot": ("dot", str), "mr": ("max_registers", int)}
+                "dot": ("dot", str), "mr": ("max_registers", int), "bt": ("token_tile", int)}
 
 
 def verify_form(form: str) -> dict:
@@ -66,7 +66,7 @@ def main(argv=None) -> int:
                    "(as bench kernels)")
     p.add_argument("--verify-form", type=lambda s: s.split(";"), default=["auto"],
                    help="verify variants separated by ';': auto (the runtime's choice), tokens, or "
-                        "chunked[:bv=,kc=,nw=,st=,dot=,mr=] (templates/verify.py's tiling)")
+                        "chunked[:bv=,kc=,nw=,st=,dot=,mr=,bt=] (templates/verify.py's tiling)")
     p.add_argument("--verify-read", default="none", help="read copy of the verify rows' state (none, bf16, fp8, fp4)")
     p.add_argument("--layout", choices=("kv", "vk"), help="state layout instead of the model's (e.g. GDN with keys "
                    "contiguous, as vLLM stores it)")

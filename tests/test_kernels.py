@@ -197,15 +197,17 @@ def test_vk_tiles_of_several_key_chunks(family, read):
             p.verify_commit(T=T)
 
 
+@pytest.mark.parametrize("token_tile", [16, 8])
 @pytest.mark.parametrize("family,layout", [("gated_deltanet", "kv"), ("mamba2", "vk"), ("deltanet", "kv"),
                                            ("simple_gla", "vk"), ("kda", "kv"), ("gla", "vk")])
-def test_chunked_verify_over_key_chunks_and_value_tiles(family, layout):
+def test_chunked_verify_over_key_chunks_and_value_tiles(family, layout, token_tile):
     """The chunked verify (templates/verify.py) walking K = 40 in chunks of 16 (the last one partly masked) over
-    value tiles of 2 (V = 5), with pre-flushing rows, padding and drafts as long as the window, every decay
-    kind."""
+    value tiles of 2 (V = 5), with pre-flushing rows (folded in the walk), padding and drafts as long as the
+    window, every decay kind; drafts padded to 16 or to 8 (rank-1 updates over them, NOTE [verify token
+    tiles])."""
     g = torch.Generator().manual_seed(60 + FAMILIES.index(family))
     p = Pair(family, B=3, H=2, Hk=1, K=40, V=5, L=6, layout=layout, generator=g, long_memory=True,
-             tiling=dict(verify_tiling=dict(key_chunk=16, block_v=2), chunked=True))
+             tiling=dict(verify_tiling=dict(key_chunk=16, block_v=2, token_tile=token_tile), chunked=True))
     slots = torch.tensor([1, -1, 2, 0], device=DEVICE)
     for T in (3, 2, 4, 6, 2):
         p.verify_commit(T=T, slots=slots)
@@ -399,17 +401,19 @@ def test_real_shapes_gpu(name, L):
                           dict(key_chunk=16), dict(key_chunk=16, max_registers=128),
                           dict(key_chunk=64), dict(dot="ieee"), dict(stages=1), dict(stages=3), dict(dot="split"),
                           dict(dot="split", key_chunk=16)]),
-    ("qwen3.5-122b-gdn", [dict(dot="bf16x3"), dict(dot="bf16x3", num_warps=1), dict(dot="bf16x3", num_warps=2),
-                          dict(dot="bf16x3", num_warps=1, key_chunk=64), dict(dot="bf16x3", num_warps=1, block_v=32)]),
+    ("qwen3.5-122b-gdn", [dict(dot="bf16x3"), dict(dot="bf16x3", token_tile=8),
+                          dict(dot="bf16x3", token_tile=8, key_chunk=16, max_registers=128),
+                          dict(dot="bf16x3", token_tile=8, key_chunk=16, num_warps=2), dict(dot="bf16x3", num_warps=1),
+                          dict(dot="split", token_tile=8)]),
     ("nemotron3-super-mamba2", [{}, dict(dot="ieee"), dict(key_chunk=16, max_registers=128), dict(dot="split"),
-                                dict(dot="bf16x3"), dict(dot="bf16x3", num_warps=1), dict(dot="bf16x3", num_warps=2)]),
-    ("nemotron3-nano-mamba2", [{}, dict(dot="bf16x3", num_warps=1)]),
+                                dict(dot="bf16x3"), dict(dot="bf16x3", token_tile=8, key_chunk=16)]),
+    ("nemotron3-nano-mamba2", [{}, dict(dot="bf16x3", token_tile=8)]),
     ("qwen3.5-4b-gdn", [{}]),
-    ("kimi-linear-kda", [{}, dict(key_chunk=16), dict(dot="bf16x3", num_warps=1, key_chunk=16)])])
+    ("kimi-linear-kda", [{}, dict(key_chunk=16), dict(dot="bf16x3", token_tile=8, key_chunk=16)])])
 def test_chunked_verify_gpu(name, variants):
     """The chunked verify at real shapes on the GPU, for every tiling the tuning sweeps: drafts of 8 and 5 tokens
-    at L = 13 (rows that pre-flush and rows that do not), padding, random acceptance; 3xTF32 (and FMA) products
-    within the fp32 tolerance."""
+    at L = 13 (rows that pre-flush and rows that do not), padding, random acceptance; 3xTF32, split TF32, bf16x3
+    (and FMA) products within the fp32 tolerance; drafts padded to 16 and to 8 (NOTE [verify token tiles])."""
     for i, vt in enumerate(variants):
         p = _real_pair(name, B=5, L=13, seed=4 + i, tiling=dict(verify_tiling=vt, chunked=True),
                        activations=torch.bfloat16 if vt.get("dot") in ("split", "bf16x3") else torch.float32)

@@ -10,8 +10,8 @@ chunks of ``BKC`` keys and takes every read the call needs from each chunk at on
 cores; the tile is never whole in registers, and no product waits on another token. After the walk, the
 window (the row's committed records) and the draft tokens' mutual dependence are a few ``[BT, *]`` products and
 a ``T x T`` unit lower-triangular inverse (the WY form of the delta rule). Rows whose window cannot take the
-``T`` drafts (``pre``, NOTE [flush points] in ``runtime/reference.py``) also walk the chunks a second time to fold
-the committed records into the checkpoint. Per-row phases come from the device cursors, and the last program of
+``T`` drafts (``pre``, NOTE [flush points] in ``runtime/reference.py``) fold the committed records into each chunk
+as they walk it (NOTE [pre rows fold in the walk]). Per-row phases come from the device cursors, and the last program of
 a row moves them (NOTE [the last program moves the cursors]): one launch, no host sync, CUDA-graph safe.
 
 # NOTE [chunked verify algebra]
@@ -53,6 +53,18 @@ Products are taken as ``[BV, BKC] x [BKC, BT]`` (values along rows), not ``[BT, 
 rows, the tensor-core layout put the 4 warps along the rows and gave each warp the whole ``[16, BV]`` product,
 and the GDN verify took 255 registers and spilled 1316 bytes (sm_90 compile, T = 8, L = 24); with values along
 rows the warps split them: 246 registers, no spills (``benchmarks/sm90_report.py ... --verify-form chunked``).
+
+# NOTE [pre rows fold in the walk]
+A pre row folds each chunk ``S <- Gc S + (Kh * W)^T Uh`` right after loading it, stores it and takes its reads
+from the folded chunk, its window then empty (``Gc = 1``, ``Uh = 0`` afterwards), which is ``reference.py``'s
+``exact`` state: one read and one write of the checkpoint per pre row, where folding in a second walk after the
+reads (this template until 2026-12-06) read it twice.
+
+# NOTE [verify token tiles]
+``BT`` (drafts, padded) may be 8 (``tiling(token_tile=8)``): the GPU takes products with 8 rows or columns but not
+an inner dim below 16, so the two products over the drafts (``[BV, BT] x [BT, BT]``: the delta rule's inverse and
+the drafts' own contributions) then run as ``T`` rank-1 updates (``_mm_tokens``); the interpreter accepts the
+small products, so only the GPU tests check this.
 """
 from __future__ import annotations
 
@@ -64,7 +76,7 @@ import triton
 import triton.language as tl
 
 from .cursors import finalize_row, load_row, row_phase
-from .replay import _any_nonfinite, _ring, _ring1, _store_checkpoint
+from .replay import _any_nonfinite, _get_row, _ring, _ring1, _store_checkpoint
 from .sround import SR_FORMATS
 
 # NOTE [bf16 products under the interpreter]
@@ -128,6 +140,27 @@ def _mm(a, b, DOT: tl.constexpr, EXACT: tl.constexpr = 0):
             return tl.dot(a, b, input_precision="tf32x3")
     else:
         return tl.dot(a, b, input_precision=DOT)
+
+
+@triton.jit
+def _mm_tokens(a, b, tt, T: tl.constexpr, DOT: tl.constexpr):
+    """``a [R, BT] @ b [BT, BT]`` over the draft tokens: a product when ``BT >= 16`` (the GPU's least inner dim),
+    else ``T`` rank-1 updates in fp32 (NOTE [verify token tiles])."""
+    if tt.shape[0] >= 16:
+        return _mm(a, b, DOT)
+    acc = tl.zeros([a.shape[0], b.shape[1]], tl.float32)
+    for s in tl.static_range(T):
+        acc += tl.sum(tl.where((tt == s)[None, :], a, 0.0), 1)[:, None] * _get_row(b, tt, s)[None, :]
+    return acc
+
+
+@triton.jit
+def _reads(S, Qr, Kr, PQ, PK, DOT: tl.constexpr, EXACT: tl.constexpr, DELTA: tl.constexpr):
+    """``PQ + S Qr`` and (delta rule) ``PK + S Kr``: a chunk's reads by the drafts' queries and keys."""
+    PQ += _mm(S, Qr, DOT, EXACT)
+    if DELTA:
+        PK += _mm(S, Kr, DOT, EXACT)
+    return PQ, PK
 
 
 @triton.jit
@@ -231,7 +264,10 @@ def verify_kernel(
 
     # One walk over key chunks: every read of the checkpoint, the window's keys and the drafts' keys. Products
     # put values (or window positions) along their rows, tokens along columns: 16 token rows would leave every
-    # warp a copy of the whole product (NOTE [verify product orientation]).
+    # warp a copy of the whole product (NOTE [verify product orientation]). A pre row folds each chunk first and
+    # reads the folded chunk, its window then empty (NOTE [pre rows fold in the walk]).
+    Gc, W, D, E, bad = _decays(rla, xla, c, j, tt, bad, T, LS, DECAY, CD)
+    Uh = _cols(ru, j, c, US, offs_v, mask_v, CD)  # [BV, BC] the window's updates
     PQ = tl.zeros([BV, BT], CD)  # PQ[v, t] = (S_c^T q_t)[v]
     PK = PQ
     HQ = tl.zeros([BC, BT], CD)  # HQ[j, t] = k_j . q_t (window keys)
@@ -253,23 +289,36 @@ def verify_kernel(
             KQ += tl.sum(tl.trans(Kt)[:, :, None] * Qt[None, :, :] * E3, 1)
             if DELTA:
                 KK += tl.sum(tl.trans(Kt)[:, :, None] * Kt[None, :, :] * E3, 1)
-            Qt = Qt * Dt
-            Kt = Kt * Dt
-            PQ += _mm(S, Qt * Gk[:, None], DOT)
-            if DELTA:
-                PK += _mm(S, Kt * Gk[:, None], DOT)
+            Qr = Qt * Dt  # the drafts' decays; the window's, Gk, joins the checkpoint's reads on unfolded chunks
+            Kr = Kt * Dt
         else:
             KQ += _mm(tl.trans(Kt), Qt, DOT, 2 * EXACT_QK)
-            PQ += _mm(S, Qt, DOT, EXACT_QK)
             if DELTA:
                 KK += _mm(tl.trans(Kt), Kt, DOT, 2 * EXACT_QK)
-                PK += _mm(S, Kt, DOT, EXACT_QK)
-        HQ += _mm(Kh, Qt, DOT, EXACT_QK * (DECAY < 2))
+            Qr = Qt
+            Kr = Kt
+        # Both branches take their reads: S changed inside an `if` and read after it crashed triton 3.6's
+        # layout pass with bf16x3 products ("operand does not dominate this use").
+        if pre:  # S_c <- Gc S_c + (Kh * W)^T Uh, stored, then read
+            if DECAY == 2:
+                S = S * Gk[None, :] + _mm(Uh, Kh, DOT)
+            else:
+                S = Gc * S + _mm(Uh, Kh * W[:, None], DOT)
+            s_chunk = s_head + kk[:, None] * stride_sk + offs_v[None, :] * stride_sv  # [BKC, BV], as replay's tiles
+            _store_checkpoint(tl.trans(S), state, s_chunk, mk[:, None] & mask_v[None, :], state, state, state,
+                              flushes, seed, slot, slot * HV + h, h, kk, offs_v, K, V, BKC, BV, 0, LAYOUT_KV, SR,
+                              SR_MANT, SR_EMIN, CD)
+            PQ, PK = _reads(S, Qr, Kr, PQ, PK, DOT, EXACT_QK * (DECAY < 2), DELTA)
+        elif DECAY == 2:
+            PQ, PK = _reads(S, Qr * Gk[:, None], Kr * Gk[:, None], PQ, PK, DOT, 0, DELTA)
+        else:
+            PQ, PK = _reads(S, Qr, Kr, PQ, PK, DOT, EXACT_QK, DELTA)
+        HQ += _mm(Kh, Qr, DOT, EXACT_QK * (DECAY < 2))
         if DELTA:
-            HK_ += _mm(Kh, Kt, DOT, EXACT_QK * (DECAY < 2))
+            HK_ += _mm(Kh, Kr, DOT, EXACT_QK * (DECAY < 2))
 
-    Gc, W, D, E, bad = _decays(rla, xla, c, j, tt, bad, T, LS, DECAY, CD)
-    Uh = _cols(ru, j, c, US, offs_v, mask_v, CD)  # [BV, BC] the window's updates
+    Gc = tl.where(pre, 1.0, Gc)
+    Uh = tl.where(pre, 0.0, Uh)  # a pre row's window is folded: empty
     XQ = D[None, :] * (Gc * PQ + _mm(Uh, HQ * W[:, None], DOT))
     U = _cols(v + b * T * US + h * V, tt, T, US, offs_v, mask_v, CD)  # [BV, BT] the drafts' v
     bad = bad | _any_nonfinite(U)
@@ -279,26 +328,10 @@ def verify_kernel(
         bad = bad | _any_nonfinite(beta_d)
         XK = D[None, :] * (Gc * PK + _mm(Uh, HK_ * W[:, None], DOT))
         A = tl.trans(tl.where(before, beta_d[None, :] * E * KK, 0.0))  # A[t, s], s < t
-        U = _mm(beta_d[None, :] * (U - XK), tl.trans(_unit_lower_inverse(A, tt, T)), DOT)
-    O = XQ + _mm(U, tl.where(before | (tt[:, None] == tt[None, :]), E * KQ, 0.0), DOT)
+        U = _mm_tokens(beta_d[None, :] * (U - XK), tl.trans(_unit_lower_inverse(A, tt, T)), tt, T, DOT)
+    O = XQ + _mm_tokens(U, tl.where(before | (tt[:, None] == tt[None, :]), E * KQ, 0.0), tt, T, DOT)
     tl.store(out + ((b * T + tt[None, :]) * HV + h) * V + offs_v[:, None], tl.where(live, O, 0.0),
              mask=mask_v[:, None] & toks[None, :])
-
-    if pre:  # NOTE [flush points]: fold the committed records into the checkpoint, chunk by chunk
-        for kc in tl.range(0, BK // BKC):
-            kk = kc * BKC + tl.arange(0, BKC)
-            mk = kk < K
-            mask_kv = mk[:, None] & mask_v[None, :]
-            s_chunk = s_head + kk[:, None] * stride_sk + offs_v[None, :] * stride_sv  # [BKC, BV], as replay's tiles
-            S = tl.load(s_chunk, mask=mask_kv, other=0.0).to(CD)
-            Kh = _ring(rk, KS, j, c, kk, mk, CD)
-            if DECAY == 2:
-                Gk, Wh, _, _, _ = _chunk_decays(rla, xla, c, j, tt, kk, mk, bad, T, LS, CD)
-                new = S * Gk[:, None] + tl.trans(_mm(Uh, Kh * Wh, DOT))
-            else:
-                new = Gc * S + tl.trans(_mm(Uh, Kh * W[:, None], DOT))
-            _store_checkpoint(new, state, s_chunk, mask_kv, state, state, state, flushes, seed, slot, slot * HV + h,
-                              h, kk, offs_v, K, V, BKC, BV, 0, LAYOUT_KV, SR, SR_MANT, SR_EMIN, CD)
 
     tl.debug_barrier()  # every thread has read the window's updates before the drafts' overwrite a pre row's
     pos = count0 + tt
@@ -327,7 +360,7 @@ _EXACT_IN = {"split": (torch.bfloat16, torch.float16), "bf16x3": (torch.bfloat16
 class VerifyTiling(NamedTuple):
     """Block sizes of a chunked verify launch (grid ``(Hv * value tiles, rows)``)."""
 
-    BT: int   # draft tokens, padded (>= 16: product rows and inner dims)
+    BT: int   # draft tokens, padded (NOTE [verify token tiles])
     BC: int   # window positions, padded (>= 16)
     BK: int   # keys, padded to whole chunks
     BKC: int  # keys per chunk
@@ -348,14 +381,17 @@ def supports(spec, T: int, compute_dtype: torch.dtype, *, commit: bool, force_fl
 
 def tiling(K: int, V: int, T: int, L: int, key_chunk: Optional[int] = None, block_v: Optional[int] = None,
            num_warps: Optional[int] = None, stages: Optional[int] = None, dot: Optional[str] = None,
-           max_registers: Optional[int] = None) -> VerifyTiling:
-    """Defaults: chunks of 32 keys, value tiles of up to 64 columns, 4 warps, 2 stages, 3xTF32 products."""
+           max_registers: Optional[int] = None, token_tile: Optional[int] = None) -> VerifyTiling:
+    """Defaults: chunks of 32 keys, value tiles of up to 64 columns, 4 warps, 2 stages, 3xTF32 products, drafts
+    padded to 16 (``token_tile=8``: to 8 where ``T <= 8``, NOTE [verify token tiles])."""
     BKC = max(16, min(key_chunk or 32, triton.next_power_of_2(K)))
     BK = max(triton.next_power_of_2(K), BKC)
     BV = block_v or min(triton.next_power_of_2(V), 64)
     if (num_warps or 4) > 4 and BV < 128:  # NOTE [verify warps]
         raise ValueError(f"the chunked verify runs more than 4 warps only on value tiles of 128 (got {BV})")
-    return VerifyTiling(max(16, triton.next_power_of_2(T)), max(16, triton.next_power_of_2(L)), BK, BKC, BV,
+    if token_tile not in (None, 8, 16):
+        raise ValueError(f"the chunked verify pads drafts to 8 or 16 (got token_tile={token_tile})")
+    return VerifyTiling(max(token_tile or 16, triton.next_power_of_2(T)), max(16, triton.next_power_of_2(L)), BK, BKC, BV,
                         num_warps or 4, 2 if stages is None else stages, dot or "tf32x3", max_registers)
 
 
