@@ -44,9 +44,13 @@ checkpoint as a high and a low TF32 part) and one of two of them a single pass, 
 ``"bf16x3"`` takes bf16 products, as the reference fork's verify does, but keeps fp32's accuracy: an fp32 operand
 goes in as three bf16 parts (``_bf16_parts``: 24 bits of mantissa), bf16 activations as they are, so a read of the
 checkpoint by a query costs three bf16 passes and a dot of two keys one; bf16 operands are half the registers and
-shared memory of TF32 ones, which is what the fork's one-warp programs live on. ``"bf16"`` (one pass, the fork's
-rounding of the checkpoint on every read: ~4e-3) is a tuning point only. Float64 states keep the token loop.
-The GPU compiler wants 16 rows and inner dims, so ``BT``, ``BC`` and ``BKC`` are at least 16.
+shared memory of TF32 ones, which is what the fork's one-warp programs live on. ``"bf16x2"`` (two parts: ~2^-16
+of each element, ~1e-5 of the outputs) and ``"bf16"`` (one pass, the fork's rounding of the checkpoint: ~4e-3, a
+bf16 read copy's precision) round the reads by the queries only, which make the outputs: every product that
+makes an update (a pre row's fold, the delta rule's reads by the drafts' keys and its solve, whose ``u`` the ring
+keeps and a later flush folds) runs as ``"bf16x3"`` (``_UPD``), so the checkpoint stays exact whatever the
+outputs' precision; the fork rounds those too. Float64 states keep the token loop. The GPU compiler wants inner
+dims of 16, so ``BC`` and ``BKC`` are at least 16 (``BT`` too, unless NOTE [verify token tiles]).
 
 # NOTE [verify product orientation]
 Products are taken as ``[BV, BKC] x [BKC, BT]`` (values along rows), not ``[BT, BKC] x [BKC, BV]``: with 16 token
@@ -106,28 +110,34 @@ def _dot16(a, b, acc=None):
 
 
 @triton.jit
-def _mm_bf16x3(a, b, EXACT: tl.constexpr):
-    """``a @ b`` as bf16 tensor-core products with fp32 accumulation, fp32's accuracy: an operand that bf16 holds
-    exactly (``EXACT``: 1 for ``b``, 2 for both) goes in as it is, the other as its three parts; with two split
-    operands the six products of order <= 2 are kept (the rest are below 2^-24). Smallest terms first."""
+def _mm_bf16(a, b, EXACT: tl.constexpr, PARTS: tl.constexpr):
+    """``a @ b`` as bf16 tensor-core products with fp32 accumulation: an operand that bf16 holds exactly (``EXACT``:
+    1 for ``b``, 2 for both) goes in as it is, the other as ``PARTS`` of its bf16 parts (3: fp32's accuracy, 2:
+    ~2^-16 of each element). With two split operands the products of order < ``PARTS`` are kept (six or three;
+    the rest are below 2^-24 or 2^-16). Smallest terms first."""
     if EXACT == 2:
         return _dot16(a.to(tl.bfloat16), b.to(tl.bfloat16))
     a_hi, a_mid, a_lo = _bf16_parts(a)
     if EXACT == 1:
         b16 = b.to(tl.bfloat16)
-        return _dot16(a_hi, b16, _dot16(a_mid, b16, _dot16(a_lo, b16)))
+        acc = _dot16(a_mid, b16, _dot16(a_lo, b16)) if PARTS == 3 else _dot16(a_mid, b16)
+        return _dot16(a_hi, b16, acc)
     b_hi, b_mid, b_lo = _bf16_parts(b)
-    acc = _dot16(a_mid, b_mid, _dot16(a_hi, b_lo, _dot16(a_lo, b_hi)))
-    return _dot16(a_hi, b_hi, _dot16(a_mid, b_hi, _dot16(a_hi, b_mid, acc)))
+    acc = _dot16(a_mid, b_hi, _dot16(a_hi, b_mid))
+    if PARTS == 3:
+        acc = _dot16(a_mid, b_mid, _dot16(a_hi, b_lo, _dot16(a_lo, b_hi, acc)))
+    return _dot16(a_hi, b_hi, acc)
 
 
 @triton.jit
 def _mm(a, b, DOT: tl.constexpr, EXACT: tl.constexpr = 0):
     """``a @ b`` of fp32 operands (NOTE [verify product precision]); ``EXACT``: 1 if ``b``, 2 if both hold values
     that the products' input format represents exactly (TF32: bf16 / fp16 activations, bf16: bf16 ones), which
-    ``DOT="split"`` and ``"bf16x3"`` use to take fewer passes."""
+    ``DOT="split"``, ``"bf16x3"`` and ``"bf16x2"`` use to take fewer passes."""
     if DOT == "bf16x3":
-        return _mm_bf16x3(a, b, EXACT)
+        return _mm_bf16(a, b, EXACT, 3)
+    elif DOT == "bf16x2":
+        return _mm_bf16(a, b, EXACT, 2)
     elif DOT == "bf16":  # one inexact pass (the reference fork's arithmetic): a tuning point only
         return _dot16(a.to(tl.bfloat16), b.to(tl.bfloat16))
     elif DOT == "split":
@@ -155,11 +165,11 @@ def _mm_tokens(a, b, tt, T: tl.constexpr, DOT: tl.constexpr):
 
 
 @triton.jit
-def _reads(S, Qr, Kr, PQ, PK, DOT: tl.constexpr, EXACT: tl.constexpr, DELTA: tl.constexpr):
+def _reads(S, Qr, Kr, PQ, PK, DOT: tl.constexpr, UPD: tl.constexpr, EXACT: tl.constexpr, DELTA: tl.constexpr):
     """``PQ + S Qr`` and (delta rule) ``PK + S Kr``: a chunk's reads by the drafts' queries and keys."""
     PQ += _mm(S, Qr, DOT, EXACT)
     if DELTA:
-        PK += _mm(S, Kr, DOT, EXACT)
+        PK += _mm(S, Kr, UPD, EXACT)
     return PQ, PK
 
 
@@ -226,7 +236,7 @@ def verify_kernel(
     K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BKC: tl.constexpr, BV: tl.constexpr,
     DECAY: tl.constexpr, DELTA: tl.constexpr, HAS_SLOTS: tl.constexpr,
     LAYOUT_KV: tl.constexpr, SR: tl.constexpr, SR_MANT: tl.constexpr, SR_EMIN: tl.constexpr, CD: tl.constexpr,
-    DOT: tl.constexpr, EXACT_QK: tl.constexpr,
+    DOT: tl.constexpr, UPD: tl.constexpr, EXACT_QK: tl.constexpr,
     BHV: tl.constexpr, BHK: tl.constexpr, STAGES: tl.constexpr,
 ):
     """Row ``b``, value head ``h``, value tile ``vt`` of a verify of ``T`` tokens (no commit).
@@ -294,28 +304,28 @@ def verify_kernel(
         else:
             KQ += _mm(tl.trans(Kt), Qt, DOT, 2 * EXACT_QK)
             if DELTA:
-                KK += _mm(tl.trans(Kt), Kt, DOT, 2 * EXACT_QK)
+                KK += _mm(tl.trans(Kt), Kt, UPD, 2 * EXACT_QK)
             Qr = Qt
             Kr = Kt
         # Both branches take their reads: S changed inside an `if` and read after it crashed triton 3.6's
         # layout pass with bf16x3 products ("operand does not dominate this use").
         if pre:  # S_c <- Gc S_c + (Kh * W)^T Uh, stored, then read
             if DECAY == 2:
-                S = S * Gk[None, :] + _mm(Uh, Kh, DOT)
+                S = S * Gk[None, :] + _mm(Uh, Kh, UPD)
             else:
-                S = Gc * S + _mm(Uh, Kh * W[:, None], DOT)
+                S = Gc * S + _mm(Uh, Kh * W[:, None], UPD)
             s_chunk = s_head + kk[:, None] * stride_sk + offs_v[None, :] * stride_sv  # [BKC, BV], as replay's tiles
             _store_checkpoint(tl.trans(S), state, s_chunk, mk[:, None] & mask_v[None, :], state, state, state,
                               flushes, seed, slot, slot * HV + h, h, kk, offs_v, K, V, BKC, BV, 0, LAYOUT_KV, SR,
                               SR_MANT, SR_EMIN, CD)
-            PQ, PK = _reads(S, Qr, Kr, PQ, PK, DOT, EXACT_QK * (DECAY < 2), DELTA)
+            PQ, PK = _reads(S, Qr, Kr, PQ, PK, DOT, UPD, EXACT_QK * (DECAY < 2), DELTA)
         elif DECAY == 2:
-            PQ, PK = _reads(S, Qr * Gk[:, None], Kr * Gk[:, None], PQ, PK, DOT, 0, DELTA)
+            PQ, PK = _reads(S, Qr * Gk[:, None], Kr * Gk[:, None], PQ, PK, DOT, UPD, 0, DELTA)
         else:
-            PQ, PK = _reads(S, Qr, Kr, PQ, PK, DOT, EXACT_QK, DELTA)
+            PQ, PK = _reads(S, Qr, Kr, PQ, PK, DOT, UPD, EXACT_QK, DELTA)
         HQ += _mm(Kh, Qr, DOT, EXACT_QK * (DECAY < 2))
         if DELTA:
-            HK_ += _mm(Kh, Kr, DOT, EXACT_QK * (DECAY < 2))
+            HK_ += _mm(Kh, Kr, UPD, EXACT_QK * (DECAY < 2))
 
     Gc = tl.where(pre, 1.0, Gc)
     Uh = tl.where(pre, 0.0, Uh)  # a pre row's window is folded: empty
@@ -326,9 +336,9 @@ def verify_kernel(
     if DELTA:
         beta_d = _ring1(beta + b * T * HV + h, HV, tt, T, CD)
         bad = bad | _any_nonfinite(beta_d)
-        XK = D[None, :] * (Gc * PK + _mm(Uh, HK_ * W[:, None], DOT))
+        XK = D[None, :] * (Gc * PK + _mm(Uh, HK_ * W[:, None], UPD))
         A = tl.trans(tl.where(before, beta_d[None, :] * E * KK, 0.0))  # A[t, s], s < t
-        U = _mm_tokens(beta_d[None, :] * (U - XK), tl.trans(_unit_lower_inverse(A, tt, T)), tt, T, DOT)
+        U = _mm_tokens(beta_d[None, :] * (U - XK), tl.trans(_unit_lower_inverse(A, tt, T)), tt, T, UPD)
     O = XQ + _mm_tokens(U, tl.where(before | (tt[:, None] == tt[None, :]), E * KQ, 0.0), tt, T, DOT)
     tl.store(out + ((b * T + tt[None, :]) * HV + h) * V + offs_v[:, None], tl.where(live, O, 0.0),
              mask=mask_v[:, None] & toks[None, :])
@@ -353,8 +363,11 @@ def verify_kernel(
 # access in a GDN verify of 8 tokens (batch 5, L = 13, fp32 and CUDA_LAUNCH_BLOCKING=1; exact at 4 warps, and at
 # 8 warps on tiles of 128 or with chunks of 16 keys): a miscompile or an unexplained bug of this template, not
 # found on the CPU. Until it is understood, more than 4 warps are refused below tiles of 128.
-# activations whose every value the products' input format holds exactly (TF32 for "split", bf16 for "bf16x3")
-_EXACT_IN = {"split": (torch.bfloat16, torch.float16), "bf16x3": (torch.bfloat16,)}
+# activations whose every value the products' input format holds exactly (TF32 for "split", bf16 for the bf16 forms)
+_EXACT_IN = {"split": (torch.bfloat16, torch.float16), **dict.fromkeys(("bf16x3", "bf16x2", "bf16"), (torch.bfloat16,))}
+# the products that make updates (the pre rows' fold, the delta rule's key reads and solve) keep fp32's accuracy
+# whatever the queries' reads take (NOTE [verify product precision])
+_UPD = {"tf32": "tf32x3", "bf16": "bf16x3", "bf16x2": "bf16x3"}
 
 
 class VerifyTiling(NamedTuple):
@@ -420,6 +433,6 @@ def launch(buf, spec, x, slots: Optional[torch.Tensor], out: torch.Tensor, **ove
         T=T, L=spec.window, BT=tile.BT, BC=tile.BC, HV=Hv, GROUP=Hv // spec.k_heads, K=K, V=V, BK=tile.BK,
         BKC=tile.BKC, BV=tile.BV, DECAY={"none": 0, "scalar": 1, "channel": 2}[spec.decay], DELTA=spec.delta,
         HAS_SLOTS=slots is not None, LAYOUT_KV=spec.layout == "kv", SR=spec.stochastic_rounding, SR_MANT=sr_mant,
-        SR_EMIN=sr_emin, CD=tl.float32, DOT=tile.dot,
+        SR_EMIN=sr_emin, CD=tl.float32, DOT=tile.dot, UPD=_UPD.get(tile.dot, tile.dot),
         EXACT_QK=int({x.q.dtype, x.k.dtype} <= set(_EXACT_IN.get(tile.dot, ()))), BHV=triton.next_power_of_2(Hv),
         BHK=triton.next_power_of_2(spec.k_heads), STAGES=tile.stages, num_warps=tile.num_warps, **cap)
