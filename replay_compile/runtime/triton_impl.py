@@ -51,6 +51,11 @@ def advance_into(rs, x: Canonical, slots, out: torch.Tensor, *, commit: bool, fo
     if out.shape != (B, T, rs.num_heads, rs.head_v) or out.dtype != rs.compute_dtype or not out.is_contiguous():
         raise ValueError(f"out must be a contiguous {rs.compute_dtype} tensor [{B}, {T}, {rs.num_heads}, {rs.head_v}]")
     spec = _spec(rs)
+    if chunked is None and verify_tiling is None:  # NOTE [default verify]
+        activations = x.q.dtype if x.k.dtype == x.q.dtype else None
+        verify_tiling = verify.default_tiling(spec, T, rs.compute_dtype, activations, commit=commit,
+                                              force_flush=force_flush)
+        chunked = verify_tiling is not None
     if chunked and T >= 2 and not (commit or force_flush):  # a verify's template (steps ignore the choice)
         if not verify.supports(spec, T, rs.compute_dtype, commit=commit, force_flush=force_flush, materialize=False):
             raise ValueError("the chunked verify serves verifies on fp32 states without a read copy")

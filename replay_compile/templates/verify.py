@@ -370,6 +370,11 @@ _EXACT_IN = {"split": (torch.bfloat16, torch.float16), **dict.fromkeys(("bf16x3"
 _UPD = {"tf32": "tf32x3", "bf16": "bf16x3", "bf16x2": "bf16x3"}
 
 
+# NOTE [default verify]
+# (filled from the GPU measurements)
+_DEFAULT_TILING = {}
+
+
 class VerifyTiling(NamedTuple):
     """Block sizes of a chunked verify launch (grid ``(Hv * value tiles, rows)``)."""
 
@@ -390,6 +395,18 @@ def supports(spec, T: int, compute_dtype: torch.dtype, *, commit: bool, force_fl
     read copy (read copies and float64 keep the replay template's token loop)."""
     return (T >= 2 and not (commit or force_flush or materialize) and spec.read_format is None
             and compute_dtype == torch.float32)
+
+
+def default_tiling(spec, T: int, compute_dtype: torch.dtype, activations: torch.dtype, *, commit: bool,
+                   force_flush: bool) -> Optional[dict]:
+    """The chunked verify's tiling where it is the default verify of a call, else None (the replay template's token
+    loop): bf16 activations (their queries and keys enter the bf16 products as they are) and a measured win for the
+    family's decay kind (NOTE [default verify])."""
+    if activations != torch.bfloat16 or T > 16 or not supports(spec, T, compute_dtype, commit=commit,
+                                                                  force_flush=force_flush, materialize=False):
+        return None
+    tile = _DEFAULT_TILING.get((spec.decay, spec.delta))
+    return None if tile is None else dict(tile, token_tile=8 if T <= 8 else None)
 
 
 def tiling(K: int, V: int, T: int, L: int, key_chunk: Optional[int] = None, block_v: Optional[int] = None,
