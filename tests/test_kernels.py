@@ -20,6 +20,7 @@ from replay_compile.families import get_family
 from replay_compile.families.base import Canonical
 from replay_compile.runtime import quant, rounding, triton_impl
 from replay_compile.runtime.state import ReplayState
+from replay_compile.templates import verify
 from replay_compile.templates.readcopy import _e2m1_magnitude_code
 from replay_compile.templates.sround import SR_FORMATS, slot_seed, stochastic_round
 from replay_compile.testing import StandardPool, poisoned_like, random_canonical, rel_rms
@@ -227,6 +228,36 @@ def test_chunked_verify_folds_into_16_bit_checkpoints():
         assert p.tri.flushes.sum() > 0
 
 
+@triton.jit
+def _verify_product_kernel(a, b, c, M: tl.constexpr, K: tl.constexpr, N: tl.constexpr, DOT: tl.constexpr,
+                           EXACT: tl.constexpr, TRANS: tl.constexpr):
+    m, k, n = tl.arange(0, M), tl.arange(0, K), tl.arange(0, N)
+    if TRANS:  # a transposed operand, as the verify's key dots take it
+        A = tl.trans(tl.load(a + k[:, None] * M + m[None, :]))
+    else:
+        A = tl.load(a + m[:, None] * K + k[None, :])
+    tl.store(c + m[:, None] * N + n[None, :], verify._mm(A, tl.load(b + k[:, None] * N + n[None, :]), DOT, EXACT))
+
+
+@pytest.mark.parametrize("M,K,N,trans", [(64, 32, 16, False), (16, 16, 16, True), (64, 16, 8, True)])
+@pytest.mark.parametrize("dot", ["ieee", "split", "bf16x3", "bf16x2", "bf16"])
+def test_verify_products(M, K, N, trans, dot):
+    """Every product form of the chunked verify (NOTE [verify product precision]) against float64, with operands
+    that bf16 holds exactly (``EXACT`` 1: ``b``, 2: both) or not (0); on the GPU, its tensor-core shapes."""
+    tol = {"bf16x2": 3e-5 if DEVICE == "cuda" else 2e-4, "bf16": 1e-2}.get(dot, 1e-6)
+    g = torch.Generator().manual_seed(M + K + N)
+    for exact in (0, 1, 2):
+        if dot == "split" and exact == 0:
+            continue  # 3xTF32, the default form's products
+        a, b = torch.randn(M, K, generator=g), torch.randn(K, N, generator=g)
+        b = b.bfloat16().float() if exact else b
+        a = a.bfloat16().float() if exact == 2 else a
+        c = torch.full((M, N), float("nan"), device=DEVICE)
+        _verify_product_kernel[(1,)](a.t().contiguous().to(DEVICE) if trans else a.to(DEVICE), b.to(DEVICE), c,
+                                     M, K, N, dot, exact, trans)
+        assert rel_rms(c.cpu().double(), a.double() @ b.double()) < tol, (dot, exact)
+
+
 # outputs' tolerance of the verify's read precisions that round (NOTE [verify product precision]): bf16x2 keeps
 # 16 bits of the checkpoint (the interpreter truncates its parts: ~4e-5 seen), bf16 8 (~4e-3 to 9e-3)
 _READ_TOL = {"bf16x2": 1e-4, "bf16": 2e-2}
@@ -247,9 +278,10 @@ def test_chunked_verify_split_products_on_bf16_activations(family, dot):
     assert p.tri.flushes.sum() > 0
 
 
-def test_chunked_verify_is_opt_in(monkeypatch):
-    """Verifies run the replay template's token loop unless the chunked verify is asked for; it serves verifies
-    (T >= 2, no commit) on fp32 states without a read copy, and asking for it elsewhere is an error."""
+def test_chunked_verify_supports_and_default(monkeypatch):
+    """The chunked verify serves verifies (T >= 2, no commit) on fp32 states without a read copy, and is a call's
+    default where NOTE [default verify] lists a tiling: bf16 activations, scalar or no decay; other calls take
+    the replay template's token loop (``chunked=False`` too), and asking for it where unsupported is an error."""
     from replay_compile.templates import replay, verify
 
     spec = replay.ReplaySpec(decay="scalar", delta=True, raw=False, layout="kv", window=16, k_heads=2,
@@ -260,11 +292,22 @@ def test_chunked_verify_is_opt_in(monkeypatch):
     assert supports(4, decay="channel")
     assert not (supports(1) or supports(4, commit=True) or supports(4, read_format="fp8")
                 or supports(4, dtype=torch.float64))
-    launched = []
-    monkeypatch.setattr(verify, "launch", lambda *a, **kw: launched.append(a))
-    p = Pair("gated_deltanet", B=2, H=2, Hk=1, K=4, V=3, L=4, generator=torch.Generator().manual_seed(6))
-    p.verify_commit(T=2)
-    assert not launched
+    default = lambda T=4, act=torch.bfloat16, commit=False, **kw: verify.default_tiling(
+        dataclasses.replace(spec, **kw), T, torch.float32, act, commit=commit, force_flush=False)
+    assert default() == dict(verify._DEFAULT_TILING["scalar", True], token_tile=8)
+    assert default(T=12)["token_tile"] is None and default(decay="none", delta=False)
+    assert not any((default(act=torch.float32), default(act=None), default(decay="channel"), default(T=1),
+                    default(commit=True), default(read_format="bf16"), default(T=17)))
+    launched, launch = [], verify.launch
+    monkeypatch.setattr(verify, "launch", lambda *a, **kw: launched.append(kw) or launch(*a, **kw))
+    for family, act, chunked, want in [("gated_deltanet", torch.bfloat16, None, [default(T=3)]),
+                                       ("gated_deltanet", torch.float32, None, []),
+                                       ("mamba2", torch.bfloat16, False, []), ("kda", torch.bfloat16, None, [])]:
+        launched.clear()
+        p = Pair(family, B=2, H=2, Hk=1, K=4, V=3, L=4, generator=torch.Generator().manual_seed(6),
+                 activations=act, tiling=dict(chunked=chunked))
+        p.verify_commit(T=3)
+        assert launched == want, (family, act, chunked)
     with pytest.raises(ValueError, match="more than 4 warps"):  # NOTE [verify warps]
         verify.tiling(128, 128, 8, 24, num_warps=8)
     assert verify.tiling(128, 128, 8, 24, num_warps=8, block_v=128).num_warps == 8

@@ -1,9 +1,9 @@
 """The chunked verify template: a speculative verify of ``T`` draft tokens as small matrix products.
 
-Status (2026-12-06): opt-in (``advance_into(..., chunked=True)``, ``tune_replay.py --verify-form chunked``).
-Exact on the CPU and, at real shapes, on an H100; there it timed slower than the replay template's token loop at
-T = 4 and faster only at T = 8 (BENCHMARKS.md), and 8 warps on value tiles of 64 made an illegal memory access
-(NOTE [verify warps], refused since). The token loop stays the default verify.
+Status (2026-12-06): the default verify of bf16 activations on fp32 checkpoints without a read copy, for scalar
+and no decay (NOTE [default verify]); elsewhere opt-in (``advance_into(..., chunked=True)``,
+``tune_replay.py --verify-form chunked``). 8 warps on value tiles of 64 made an illegal memory access on an H100
+(NOTE [verify warps], refused since).
 
 One program owns one row, one value head and one value tile ``[BV]``. It walks the checkpoint's key axis in
 chunks of ``BKC`` keys and takes every read the call needs from each chunk at once, as products on the tensor
@@ -371,8 +371,12 @@ _UPD = {"tf32": "tf32x3", "bf16": "bf16x3", "bf16x2": "bf16x3"}
 
 
 # NOTE [default verify]
-# (filled from the GPU measurements)
-_DEFAULT_TILING = {}
+# A verify with bf16 queries and keys (a model's activations) on an fp32 checkpoint without a read copy runs here, as
+# bf16x3 products in 1-warp programs over chunks of 16 keys (drafts padded to 8 where T <= 8), for scalar and no
+# decay: on an H100 (2026-12-06, batch 256, L = 16 + T; BENCHMARKS.md) that form took ... of the token loop's
+# time. Per-channel decay (KDA, GLA) and fp32 activations keep the token loop. Keyed by (decay, delta rule).
+_DEFAULT_TILING = {(decay, delta): dict(dot="bf16x3", key_chunk=16, num_warps=1)
+                   for decay in ("none", "scalar") for delta in (False, True)}
 
 
 class VerifyTiling(NamedTuple):
