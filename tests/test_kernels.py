@@ -239,7 +239,7 @@ def _verify_product_kernel(a, b, c, M: tl.constexpr, K: tl.constexpr, N: tl.cons
     tl.store(c + m[:, None] * N + n[None, :], verify._mm(A, tl.load(b + k[:, None] * N + n[None, :]), DOT, EXACT))
 
 
-@pytest.mark.parametrize("M,K,N,trans", [(64, 32, 16, False), (16, 16, 16, True), (64, 16, 8, True)])
+@pytest.mark.parametrize("M,K,N,trans", [(64, 32, 16, False), (64, 16, 16, False), (16, 16, 16, True), (64, 16, 8, True)])
 @pytest.mark.parametrize("dot", ["ieee", "split", "bf16x3", "bf16x2", "bf16"])
 def test_verify_products(M, K, N, trans, dot):
     """Every product form of the chunked verify (NOTE [verify product precision]) against float64, with operands
