@@ -239,7 +239,8 @@ def _verify_product_kernel(a, b, c, M: tl.constexpr, K: tl.constexpr, N: tl.cons
     tl.store(c + m[:, None] * N + n[None, :], verify._mm(A, tl.load(b + k[:, None] * N + n[None, :]), DOT, EXACT))
 
 
-@pytest.mark.parametrize("M,K,N,trans", [(64, 32, 16, False), (64, 16, 16, False), (16, 16, 16, True), (64, 16, 8, True)])
+@pytest.mark.parametrize("M,K,N,trans", [(64, 32, 16, False), (64, 16, 16, False), (16, 16, 16, True),
+                                         (64, 16, 8, True)])
 @pytest.mark.parametrize("dot", ["ieee", "split", "bf16x3", "bf16x2", "bf16"])
 def test_verify_products(M, K, N, trans, dot):
     """Every product form of the chunked verify (NOTE [verify product precision]) against float64, with operands
@@ -280,8 +281,9 @@ def test_chunked_verify_split_products_on_bf16_activations(family, dot):
 
 def test_chunked_verify_supports_and_default(monkeypatch):
     """The chunked verify serves verifies (T >= 2, no commit) on fp32 states without a read copy, and is a call's
-    default where NOTE [default verify] lists a tiling: bf16 activations, scalar or no decay; other calls take
-    the replay template's token loop (``chunked=False`` too), and asking for it where unsupported is an error."""
+    default where NOTE [default verify] lists a tiling (here a stand-in table) and the activations are bf16; other
+    calls take the replay template's token loop (``chunked=False`` too), and asking for it where unsupported is
+    an error."""
     from replay_compile.templates import replay, verify
 
     spec = replay.ReplaySpec(decay="scalar", delta=True, raw=False, layout="kv", window=16, k_heads=2,
@@ -292,17 +294,20 @@ def test_chunked_verify_supports_and_default(monkeypatch):
     assert supports(4, decay="channel")
     assert not (supports(1) or supports(4, commit=True) or supports(4, read_format="fp8")
                 or supports(4, dtype=torch.float64))
+    candidate = dict(dot="bf16x3", key_chunk=16, num_warps=1)  # NOTE [default verify]
+    monkeypatch.setattr(verify, "_DEFAULT_TILING", {("scalar", True): candidate, ("none", False): candidate})
     default = lambda T=4, act=torch.bfloat16, commit=False, **kw: verify.default_tiling(
         dataclasses.replace(spec, **kw), T, torch.float32, act, commit=commit, force_flush=False)
-    assert default() == dict(verify._DEFAULT_TILING["scalar", True], token_tile=8)
+    assert default() == dict(candidate, token_tile=8)
     assert default(T=12)["token_tile"] is None and default(decay="none", delta=False)
     assert not any((default(act=torch.float32), default(act=None), default(decay="channel"), default(T=1),
-                    default(commit=True), default(read_format="bf16"), default(T=17)))
+                    default(commit=True), default(read_format="bf16"), default(T=17), default(delta=False)))
     launched, launch = [], verify.launch
     monkeypatch.setattr(verify, "launch", lambda *a, **kw: launched.append(kw) or launch(*a, **kw))
     for family, act, chunked, want in [("gated_deltanet", torch.bfloat16, None, [default(T=3)]),
                                        ("gated_deltanet", torch.float32, None, []),
-                                       ("mamba2", torch.bfloat16, False, []), ("kda", torch.bfloat16, None, [])]:
+                                       ("gated_deltanet", torch.bfloat16, False, []),
+                                       ("mamba2", torch.bfloat16, None, [])]:
         launched.clear()
         p = Pair(family, B=2, H=2, Hk=1, K=4, V=3, L=4, generator=torch.Generator().manual_seed(6),
                  activations=act, tiling=dict(chunked=chunked))
@@ -466,16 +471,21 @@ _VERIFY_TILINGS = {  # every tiling the tuning sweeps (templates.verify.tiling),
 }
 
 
+def _tiling_id(x):
+    return (",".join(f"{k}={v}" for k, v in x.items()) or "default") if isinstance(x, dict) else x
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("name,vt", [(n, vt) for n, vts in _VERIFY_TILINGS.items() for vt in vts],
-                         ids=lambda x: ",".join(f"{k}={v}" for k, v in x.items()) or "default" if isinstance(x, dict) else x)
+@pytest.mark.parametrize("name,vt", [(n, vt) for n, vts in _VERIFY_TILINGS.items() for vt in vts], ids=_tiling_id)
 def test_chunked_verify_gpu(name, vt):
     """The chunked verify at real shapes on the GPU, one tiling at a time: drafts of 8 and 5 tokens at L = 13
     (rows that pre-flush and rows that do not), padding, random acceptance; 3xTF32, split TF32, bf16x3 (and FMA)
-    products within the fp32 tolerance; drafts padded to 16 and to 8 (NOTE [verify token tiles])."""
-    p = _real_pair(name, B=5, L=13, seed=4 + _VERIFY_TILINGS[name].index(vt), tiling=dict(verify_tiling=vt, chunked=True),
-                   activations=torch.bfloat16 if vt.get("dot") in ("split", *_READ_TOL, "bf16x3") else torch.float32,
-                   out_tol=_READ_TOL.get(vt.get("dot")))
+    products within the fp32 tolerance, bf16x2 and bf16 reads within theirs; drafts padded to 16 and to 8 (NOTE
+    [verify token tiles])."""
+    dot = vt.get("dot")
+    p = _real_pair(name, B=5, L=13, seed=4 + _VERIFY_TILINGS[name].index(vt),
+                   tiling=dict(verify_tiling=vt, chunked=True), out_tol=_READ_TOL.get(dot),
+                   activations=torch.bfloat16 if dot in ("split", "bf16x3", *_READ_TOL) else torch.float32)
     slots = torch.tensor([4, -1, 0, 2, 1, 3], device=DEVICE)
     for T in (8, 5, 8, 8):
         p.verify_commit(T=T, slots=slots)

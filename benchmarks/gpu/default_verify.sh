@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# GPU check and timing of the default verify (templates/verify.py NOTE [default verify]; ~8 min on a fresh H100):
-# the verify's product forms and the chunked verify's GPU tests of its bf16 tilings, the
-# default's tiling against the token loop and its neighbours (verify T = 8, 4 at batch 256), `bench spec` at T = 4
-# with the default, then the other GPU kernel tests.
+# GPU check and timing of the default verify's candidate (templates/verify.py NOTE [default verify]; ~8 min on a
+# fresh H100): the verify's product forms and the chunked verify's GPU tests of its bf16 tilings, the candidate
+# against the token loop and its neighbours (verify T = 8, 4 at batch 256), `bench spec` at T = 4 with the default
+# verify (the candidate once the table lists it), then the other GPU kernel tests.
 # Usage: bash benchmarks/gpu/default_verify.sh [commit]   (writes under $OUT)
 set -u
 source "$(dirname "$0")/part.sh"

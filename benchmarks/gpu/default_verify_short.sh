@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The short form of default_verify.sh for a lease with ~3 minutes left: product forms and the default tiling's GPU
-# tests (GDN, Mamba-2), the default against the token loop (T = 8, 4), then `bench spec` at T = 4 if time remains.
+# The short form of default_verify.sh for a lease with ~3 minutes left: product forms and the candidate default
+# tiling's GPU tests (GDN, Mamba-2), the candidate against the token loop (T = 8, 4), then `bench spec` at T = 4
+# (default verify) if time remains.
 set -u
 source "$(dirname "$0")/part.sh"
 gpu_setup default_verify_log.txt "${1:-}"

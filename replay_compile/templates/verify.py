@@ -1,9 +1,9 @@
 """The chunked verify template: a speculative verify of ``T`` draft tokens as small matrix products.
 
-Status (2026-12-06): the default verify of bf16 activations on fp32 checkpoints without a read copy, for scalar
-and no decay (NOTE [default verify]); elsewhere opt-in (``advance_into(..., chunked=True)``,
-``tune_replay.py --verify-form chunked``). 8 warps on value tiles of 64 made an illegal memory access on an H100
-(NOTE [verify warps], refused since).
+Status (2026-12-06): opt-in (``advance_into(..., chunked=True)``, ``tune_replay.py --verify-form chunked``); a
+call's default where NOTE [default verify] lists a tiling (none yet). Exact at real shapes on an H100 with TF32
+products; bf16x3 products in 4-warp programs failed there at some tilings (BENCHMARKS.md). 8 warps on value tiles
+of 64 made an illegal memory access (NOTE [verify warps], refused since).
 
 One program owns one row, one value head and one value tile ``[BV]``. It walks the checkpoint's key axis in
 chunks of ``BKC`` keys and takes every read the call needs from each chunk at once, as products on the tensor
@@ -371,12 +371,16 @@ _UPD = {"tf32": "tf32x3", "bf16": "bf16x3", "bf16x2": "bf16x3"}
 
 
 # NOTE [default verify]
-# A verify with bf16 queries and keys (a model's activations) on an fp32 checkpoint without a read copy runs here, as
-# bf16x3 products in 1-warp programs over chunks of 16 keys (drafts padded to 8 where T <= 8), for scalar and no
-# decay: on an H100 (2026-12-06, batch 256, L = 16 + T; BENCHMARKS.md) that form took ... of the token loop's
-# time. Per-channel decay (KDA, GLA) and fp32 activations keep the token loop. Keyed by (decay, delta rule).
-_DEFAULT_TILING = {(decay, delta): dict(dot="bf16x3", key_chunk=16, num_warps=1)
-                   for decay in ("none", "scalar") for delta in (False, True)}
+# A call takes this template by default where this table lists a tiling for its (decay, delta rule), with bf16
+# queries and keys (a model's activations; they enter the bf16 products as they are) on an fp32 checkpoint without
+# a read copy; every other verify takes the replay template's token loop. The table is empty: no tiling has yet
+# both passed the GPU tests and beaten the token loop. The candidate is bf16x3 products in 1-warp programs over
+# chunks of 16 keys, drafts padded to 8 (``dict(dot="bf16x3", key_chunk=16, num_warps=1)``; sm_90 compile, T = 8:
+# 255 registers, 108-192 bytes spilled): its one-pass bf16 sibling timed 0.98x (Mamba-2) and 1.05x (GDN) of one
+# standard step at T = 8 on an H100, against 2.22x and 4.23x for the token loop, but bf16x3 products in 4-warp
+# programs failed the GPU tests at some tilings (2026-12-06, BENCHMARKS.md) and no GPU ran the candidate.
+# ``benchmarks/gpu/default_verify.sh`` checks and times it; list it here for scalar and no decay once it passes.
+_DEFAULT_TILING: dict = {}
 
 
 class VerifyTiling(NamedTuple):
