@@ -378,8 +378,12 @@ _UPD = {"tf32": "tf32x3", "bf16": "bf16x3", "bf16x2": "bf16x3"}
 # chunks of 16 keys, drafts padded to 8 (``dict(dot="bf16x3", key_chunk=16, num_warps=1)``; sm_90 compile, T = 8:
 # 255 registers, 108-192 bytes spilled): its one-pass bf16 sibling timed 0.98x (Mamba-2) and 1.05x (GDN) of one
 # standard step at T = 8 on an H100, against 2.22x and 4.23x for the token loop, but bf16x3 products in 4-warp
-# programs failed the GPU tests at some tilings (2026-12-06, BENCHMARKS.md) and no GPU ran the candidate.
-# ``benchmarks/gpu/default_verify.sh`` checks and times it; list it here for scalar and no decay once it passes.
+# programs failed the GPU tests at some tilings (2026-12-06, BENCHMARKS.md) and no GPU ran the candidate. A lead:
+# triton 3.6 pipelines chains of MMAs through one loop-carried accumulator wrongly on its asynchronous MMA paths
+# (triton-lang/triton#10821, fixed for Blackwell in #10858; #10993: an accumulator that another MMA reads, in
+# chunked Mamba-2 kernels; 1-2 warps and 1 stage unaffected), and bf16x3 chains 3-6 MMAs into each read of the walk;
+# the GPU tests' 1-stage bf16x3 tilings tell. ``benchmarks/gpu/default_verify.sh`` checks and times the candidate;
+# list it here for scalar and no decay once it passes.
 _DEFAULT_TILING: dict = {}
 
 
