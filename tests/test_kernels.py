@@ -313,6 +313,8 @@ def test_chunked_verify_supports_and_default(monkeypatch):
                  activations=act, tiling=dict(chunked=chunked))
         p.verify_commit(T=3)
         assert launched == want, (family, act, chunked)
+    with pytest.raises(ValueError, match="products are one of"):
+        verify.tiling(128, 128, 8, 24, dot="bf16x4")
     with pytest.raises(ValueError, match="more than 4 warps"):  # NOTE [verify warps]
         verify.tiling(128, 128, 8, 24, num_warps=8)
     assert verify.tiling(128, 128, 8, 24, num_warps=8, block_v=128).num_warps == 8

@@ -364,9 +364,11 @@ def verify_kernel(
 # 8 warps on tiles of 128 or with chunks of 16 keys): a miscompile or an unexplained bug of this template, not
 # found on the CPU. Until it is understood, more than 4 warps are refused below tiles of 128.
 # activations whose every value the products' input format holds exactly (TF32 for "split", bf16 for the bf16 forms)
-_EXACT_IN = {"split": (torch.bfloat16, torch.float16), **dict.fromkeys(("bf16x3", "bf16x2", "bf16"), (torch.bfloat16,))}
+_EXACT_IN = {"split": (torch.bfloat16, torch.float16),
+             **dict.fromkeys(("bf16x3", "bf16x2", "bf16"), (torch.bfloat16,))}
 # the products that make updates (the pre rows' fold, the delta rule's key reads and solve) keep fp32's accuracy
 # whatever the queries' reads take (NOTE [verify product precision])
+_DOTS = ("tf32x3", "tf32", "ieee", "split", "bf16x3", "bf16x2", "bf16")  # NOTE [verify product precision]
 _UPD = {"tf32": "tf32x3", "bf16": "bf16x3", "bf16x2": "bf16x3"}
 
 
@@ -433,8 +435,11 @@ def tiling(K: int, V: int, T: int, L: int, key_chunk: Optional[int] = None, bloc
         raise ValueError(f"the chunked verify runs more than 4 warps only on value tiles of 128 (got {BV})")
     if token_tile not in (None, 8, 16):
         raise ValueError(f"the chunked verify pads drafts to 8 or 16 (got token_tile={token_tile})")
-    return VerifyTiling(max(token_tile or 16, triton.next_power_of_2(T)), max(16, triton.next_power_of_2(L)), BK, BKC, BV,
-                        num_warps or 4, 2 if stages is None else stages, dot or "tf32x3", max_registers)
+    if dot not in (None, *_DOTS):
+        raise ValueError(f"the chunked verify's products are one of {_DOTS} (got dot={dot!r})")
+    BT = max(token_tile or 16, triton.next_power_of_2(T))
+    return VerifyTiling(BT, max(16, triton.next_power_of_2(L)), BK, BKC, BV, num_warps or 4,
+                        2 if stages is None else stages, dot or "tf32x3", max_registers)
 
 
 def launch(buf, spec, x, slots: Optional[torch.Tensor], out: torch.Tensor, **overrides) -> None:
