@@ -26,25 +26,17 @@ from replay_compile.bench.kernels import Timer, comma_list, copy_bandwidth, draw
     real_shape, record_bytes, replay_step_bytes, staggered_replay_state, state_bytes
 from replay_compile.families import get_family
 from replay_compile.runtime import triton_impl
+from replay_compile.templates import verify_forms
 from replay_compile.templates.standard import standard_step
 
 
-_VERIFY_KEYS = {"bv": ("block_v", int), "kc": ("key_chunk", int), "nw": ("num_warps", int), "st": ("stages", int),
-                "dot": ("dot", str), "mr": ("max_registers", int), "bt": ("token_tile", int)}
-
-
 def verify_form(form: str) -> dict:
-    """``advance_into`` keywords of a ``--verify-form`` variant."""
-    name, _, opts = form.partition(":")
-    if name == "auto":
+    """``advance_into`` keywords of a ``--verify-form`` variant (``templates/verify_forms.py``)."""
+    kind, tiling = verify_forms.parse(form)
+    if kind == "auto":
         return {}
-    if name == "tokens":
+    if kind == "tokens":
         return {"chunked": False}
-    tiling = {}
-    for item in filter(None, opts.split(",")):
-        key, _, val = item.partition("=")
-        kw, conv = _VERIFY_KEYS[key]
-        tiling[kw] = conv(val)
     return {"chunked": True, "verify_tiling": tiling}
 
 

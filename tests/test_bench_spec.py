@@ -31,3 +31,16 @@ def test_spec_smoke(tmp_path):
         assert r["replay"]["bytes_per_seq"] < r["snapshot"]["bytes_per_seq"]
         assert r["replay"]["seqs_in_80GB"] > r["snapshot"]["seqs_in_80GB"]
         assert torch.isfinite(torch.tensor(r["replay"]["us"]))
+
+
+def test_spec_smoke_with_a_verify_form(tmp_path, monkeypatch):
+    """``--verify-form`` reaches every replay state (on a GPU, the Triton path's verify template); a bad form is a
+    usage error before anything runs."""
+    forms, state = [], spec.ReplayState
+    monkeypatch.setattr(spec, "ReplayState", lambda *a, **kw: forms.append(kw["verify_form"]) or state(*a, **kw))
+    out = tmp_path / "spec.json"
+    assert spec.main(["--smoke", "--device", "cpu", "--out", str(out), "--verify-form", "chunked:kc=16"]) == 0
+    assert json.loads(out.read_text())["meta"]["verify_form"] == "chunked:kc=16"
+    assert len(forms) == 4 and set(forms) == {"chunked:kc=16"}
+    with pytest.raises(SystemExit):
+        spec.main(["--smoke", "--device", "cpu", "--out", str(out), "--verify-form", "chunked:kc=sixteen"])

@@ -7,7 +7,7 @@
 set -u
 source "$(dirname "$0")/part.sh"
 gpu_setup default_verify_log.txt "${1:-}"
-TAIL=40 part tests_bf16 110 python3 -m pytest -m gpu tests/test_kernels.py -q -p no:cacheprovider --tb=line \
+TAIL=40 part tests_bf16 110 python3 -m pytest -m "gpu or not slow" tests/test_kernels.py -q -p no:cacheprovider --tb=line \
   -k "verify_products or (chunked_verify_gpu and (bf16 or token_tile))"
 FORMS=${FORMS:-"tokens;chunked:dot=bf16x3,nw=1,bt=8,kc=16;chunked:dot=bf16x3,nw=2,bt=8,kc=16;chunked:dot=bf16x2,nw=1,bt=8,kc=16;chunked:dot=bf16,nw=1,bt=8"}
 TAIL=40 part forms 120 python3 benchmarks/tune_replay.py --shapes nemotron3-super-mamba2,qwen3.5-122b-gdn --batch 256 \

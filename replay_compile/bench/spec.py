@@ -27,6 +27,7 @@ import torch
 
 from ..families import get_family
 from ..runtime import ReplayState
+from ..templates import verify_forms
 from .kernels import SHAPES, SMOKE_SHAPES, Timer, _dump, draw_inputs, draw_state, state_bytes
 
 BUDGET = 80e9
@@ -63,7 +64,7 @@ def draw_accepted(acceptance, T: int, batch: int, steps: int, seed: int) -> torc
     return 1 + ok.long().cumprod(-1).sum(-1)
 
 
-def bench_case(shape, batch, T, L, acceptance, timer, device, steps=16, seed=0) -> dict:
+def bench_case(shape, batch, T, L, acceptance, timer, device, steps=16, seed=0, verify_form="auto") -> dict:
     """One table row: ``steps`` speculative steps (acceptance counts differ per step and row) timed as one run."""
     from ..templates.snapshot import snapshot_commit, snapshot_table, snapshot_verify  # noqa: PLC0415
     from ..templates.standard import standard_step  # noqa: PLC0415
@@ -74,7 +75,8 @@ def bench_case(shape, batch, T, L, acceptance, timer, device, steps=16, seed=0) 
     n = draw_accepted(acceptance, T, batch, steps, seed).to(device)
     mean_n = float(n.float().mean())
 
-    rs = ReplayState(draw_state(shape, batch, device, seed), fam, L, layout=shape.layout, k_heads=shape.k_heads)
+    rs = ReplayState(draw_state(shape, batch, device, seed), fam, L, layout=shape.layout, k_heads=shape.k_heads,
+                     verify_form=verify_form)
     rs.count.copy_(torch.randint(0, L + 1, (batch,), generator=torch.Generator().manual_seed(seed)))  # phases
 
     def replay_steps():
@@ -116,10 +118,16 @@ def main(argv=None) -> int:
     p.add_argument("--acceptance", default="0.5,0.8,1.0,text")
     p.add_argument("--window", type=int, default=16)
     p.add_argument("--steps", type=int, default=16, help="speculative steps per timed run")
+    p.add_argument("--verify-form", default="auto",
+                   help="replay's verify: auto | tokens | chunked[:k=v,...] (templates/verify_forms.py)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--out", default="bench_spec.json")
     p.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU: a check of the harness")
     args = p.parse_args(argv)
+    try:
+        verify_forms.parse(args.verify_form)
+    except ValueError as e:
+        p.error(str(e))
     if args.device == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before the templates import triton
     shapes = SMOKE_SHAPES if args.smoke else SHAPES
@@ -130,12 +138,14 @@ def main(argv=None) -> int:
     accs = args.acceptance.split(",")
     timer = Timer(args.device, warmup_ms=10, rep_ms=50)
     cases = [(s, t, b, a) for s in names for t in Ts for b in batches for a in accs]
-    meta = {"device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu", "argv": argv or sys.argv[1:]}
+    meta = {"device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu", "argv": argv or sys.argv[1:],
+            "verify_form": args.verify_form}
     results = []
     for i, (s, T, b, a) in enumerate(cases):
         print(f"\r[{i + 1}/{len(cases)}] {s} T={T} batch={b} acceptance={a}" + " " * 20, end="", file=sys.stderr,
               flush=True)
-        results.append(bench_case(shapes[s], b, T, max(args.window, T), a, timer, args.device, args.steps))
+        results.append(bench_case(shapes[s], b, T, max(args.window, T), a, timer, args.device, args.steps,
+                                  verify_form=args.verify_form))
         _dump({"meta": meta, "results": results}, args.out)  # after every case: a run cut short keeps what it measured
     print(file=sys.stderr)
     print(format_table(results))

@@ -44,6 +44,7 @@ import torch
 
 from ..families import RecurrenceFamily, get_family
 from ..families.base import Canonical, LAYOUTS, compute_dtype
+from ..templates import verify_forms
 from . import quant, reference
 
 _CHECKPOINT_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
@@ -73,13 +74,15 @@ class ReplayState:
         checkpoint_dtype: ``torch.bfloat16``/``torch.float16`` keeps a 16-bit checkpoint of a float32
             ``state`` (NOTE [checkpoint dtype]); None or ``state.dtype``: ``state`` is the checkpoint.
         weak_state: hold ``state`` only weakly (NOTE [weak state]).
+        verify_form: the Triton path's verify template: ``"auto"``, ``"tokens"`` or ``"chunked[:k=v,...]"``
+            (``templates/verify_forms.py``; the torch path ignores it).
     """
 
     def __init__(self, state: torch.Tensor, family: Union[str, RecurrenceFamily], window: int, *,
                  layout: str = "kv", k_heads: Optional[int] = None, read_dtype: Optional[str] = None,
                  ring_dtype: Optional[torch.dtype] = None, stochastic_rounding: bool = False, seed: int = 0,
                  validate: bool = True, kernels: str = "auto", checkpoint_dtype: Optional[torch.dtype] = None,
-                 weak_state: bool = False):
+                 weak_state: bool = False, verify_form: str = "auto"):
         self.family = get_family(family) if isinstance(family, str) else family
         if not isinstance(window, int) or isinstance(window, bool) or window < 1:
             raise ReplayError(f"window L must be an integer >= 1, got {window!r}")
@@ -107,6 +110,10 @@ class ReplayState:
         self.raw_fold = self.family.delta and self.read_format is not None
         self._alloc(ring_dtype or self.compute_dtype)
         self.impl = _select_impl(kernels, self.state.device)
+        try:  # the verify's template on the Triton path (templates/verify_forms.py)
+            self.verify_form, self.verify_choice = verify_form, verify_forms.parse(verify_form)
+        except ValueError as e:
+            raise ReplayError(str(e)) from None
         self._pending: Optional[tuple[Optional[torch.Tensor], int]] = None
 
     @property

@@ -1,8 +1,9 @@
 """Triton implementation of the replay operations (same interface and semantics as ``reference.py``).
 
 ``advance`` runs one replay call (decode step, verify of T tokens, or the standard route with
-``force_flush``) as one launch of the replay template, or, for a verify asked to (``chunked=True``), of the
-chunked verify template (``templates/verify.py``); the last program of each row moves the row's
+``force_flush``) as one launch of the replay template, or, for a verify whose form asks for it (the state's
+``verify_form``, ``templates/verify_forms.py``, or ``chunked=True``), of the chunked verify template
+(``templates/verify.py``); the last program of each row moves the row's
 cursors (``templates/cursors.py`` NOTE [the last program moves the cursors]).
 ``commit`` is one tiny launch; ``materialize`` is the replay template with no tokens. Nothing here
 reads a device value on the host, so every operation can be captured in a CUDA graph.
@@ -39,6 +40,19 @@ def _slots(slots: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
     return None if slots is None else slots.contiguous()
 
 
+def _form_tiling(rs, spec, x: Canonical, *, commit: bool, force_flush: bool) -> Optional[dict]:
+    """The chunked verify's tiling for this call under the state's verify form, or None (the token loop)."""
+    kind, tiling = rs.verify_choice
+    T = x.q.shape[1]
+    if kind == "auto":  # NOTE [default verify]
+        activations = x.q.dtype if x.k.dtype == x.q.dtype else None
+        return verify.default_tiling(spec, T, rs.compute_dtype, activations, commit=commit, force_flush=force_flush)
+    if kind == "chunked" and verify.supports(spec, T, rs.compute_dtype, commit=commit, force_flush=force_flush,
+                                             materialize=False):
+        return tiling
+    return None
+
+
 def advance_into(rs, x: Canonical, slots, out: torch.Tensor, *, commit: bool, force_flush: bool,
                  block_v: Optional[int] = None, num_warps: Optional[int] = None,
                  max_registers: Optional[int] = None, items: Optional[int] = None,
@@ -46,15 +60,13 @@ def advance_into(rs, x: Canonical, slots, out: torch.Tensor, *, commit: bool, fo
                  chunked: Optional[bool] = None, verify_tiling: Optional[dict] = None) -> torch.Tensor:
     """:func:`advance` writing into ``out [B, T, Hv, V]`` (contiguous, compute dtype); the keywords override
     ``templates.replay.tiling`` and ``templates.verify.tiling`` (``verify_tiling``), and ``chunked`` a verify's
-    template (True: the chunked verify, opt-in; tuning tools and tests)."""
+    template (True: the chunked verify, False: the token loop; None: the state's ``verify_form``)."""
     B, T = x.q.shape[:2]
     if out.shape != (B, T, rs.num_heads, rs.head_v) or out.dtype != rs.compute_dtype or not out.is_contiguous():
         raise ValueError(f"out must be a contiguous {rs.compute_dtype} tensor [{B}, {T}, {rs.num_heads}, {rs.head_v}]")
     spec = _spec(rs)
-    if chunked is None and verify_tiling is None:  # NOTE [default verify]
-        activations = x.q.dtype if x.k.dtype == x.q.dtype else None
-        verify_tiling = verify.default_tiling(spec, T, rs.compute_dtype, activations, commit=commit,
-                                              force_flush=force_flush)
+    if chunked is None and verify_tiling is None:  # the state's verify form (templates/verify_forms.py)
+        verify_tiling = _form_tiling(rs, spec, x, commit=commit, force_flush=force_flush)
         chunked = verify_tiling is not None
     if chunked and T >= 2 and not (commit or force_flush):  # a verify's template (steps ignore the choice)
         if not verify.supports(spec, T, rs.compute_dtype, commit=commit, force_flush=force_flush, materialize=False):

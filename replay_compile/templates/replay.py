@@ -9,8 +9,8 @@ window ends) comes from the device cursors inside the kernel (``cursors.row_phas
 sync, so a call can be captured in a CUDA graph; the last program of a row moves its cursors (NOTE [the
 last program moves the cursors] in ``cursors.py``).
 
-Verifies of scalar or no decay on fp32 states without a read copy run in ``verify.py`` instead (the chunked
-verify: the tokens together, as products); this template's token loop serves the others.
+Verifies may run in ``verify.py`` instead (the chunked verify: the tokens together, as products), where a state's
+verify form asks for it (``templates/verify_forms.py``); this template's token loop serves the others.
 
 Flush folds re-read their records from memory (``_fold``, NOTE [fold unrolling]), so the flush path,
 which only 1/L of rows take, costs few registers on the others (a ``tl.dot`` fold took the kernel to

@@ -37,10 +37,11 @@ Per-channel decay (KDA, GLA) puts ``Gc``, ``W`` and ``D`` into the operands key 
 
 # NOTE [verify product precision]
 The products take fp32 operands as three TF32 tensor-core passes (``tf32x3``: about fp32's accuracy, the
-checkpoint's ~1e-6 relative error in the tests). ``dot="ieee"`` runs them as FMA loops instead, ``"tf32"`` in
-one pass (inexact: ~1e-3 of every read; a tuning point only). ``"split"`` uses what bf16 / fp16 activations
-give: their queries and keys are exact in TF32, so a product of the checkpoint with them takes two passes (the
-checkpoint as a high and a low TF32 part) and one of two of them a single pass, at the same accuracy.
+checkpoint's ~1e-6 relative error in the tests). ``dot="ieee"`` runs them as FMA loops instead, ``"tf32"`` the
+queries' reads in one pass (inexact: ~1e-3 of the outputs; its updates stay 3xTF32, as below; a tuning point).
+``"split"`` uses what bf16 / fp16 activations give: their queries and keys are exact in TF32, so a product of the
+checkpoint with them takes two passes (the checkpoint as a high and a low TF32 part) and one of two of them a
+single pass, at the same accuracy.
 ``"bf16x3"`` takes bf16 products, as the reference fork's verify does, but keeps fp32's accuracy: an fp32 operand
 goes in as three bf16 parts (``_bf16_parts``: 24 bits of mantissa), bf16 activations as they are, so a read of the
 checkpoint by a query costs three bf16 passes and a dot of two keys one; bf16 operands are half the registers and
@@ -82,6 +83,7 @@ import triton.language as tl
 from .cursors import finalize_row, load_row, row_phase
 from .replay import _any_nonfinite, _get_row, _ring, _ring1, _store_checkpoint
 from .sround import SR_FORMATS
+from .verify_forms import DOTS
 
 # NOTE [bf16 products under the interpreter]
 # Under TRITON_INTERPRET=1 (triton 3.6) ``tl.dot`` of bf16 operands returns garbage (16x16 products of randn off by
@@ -123,10 +125,8 @@ def _mm_bf16(a, b, EXACT: tl.constexpr, PARTS: tl.constexpr):
         acc = _dot16(a_mid, b16, _dot16(a_lo, b16)) if PARTS == 3 else _dot16(a_mid, b16)
         return _dot16(a_hi, b16, acc)
     b_hi, b_mid, b_lo = _bf16_parts(b)
-    acc = _dot16(a_mid, b_hi, _dot16(a_hi, b_mid))
-    if PARTS == 3:
-        acc = _dot16(a_mid, b_mid, _dot16(a_hi, b_lo, _dot16(a_lo, b_hi, acc)))
-    return _dot16(a_hi, b_hi, acc)
+    acc = _dot16(a_mid, b_mid, _dot16(a_hi, b_lo, _dot16(a_lo, b_hi))) if PARTS == 3 else None
+    return _dot16(a_hi, b_hi, _dot16(a_mid, b_hi, _dot16(a_hi, b_mid, acc)))
 
 
 @triton.jit
@@ -368,24 +368,25 @@ _EXACT_IN = {"split": (torch.bfloat16, torch.float16),
              **dict.fromkeys(("bf16x3", "bf16x2", "bf16"), (torch.bfloat16,))}
 # the products that make updates (the pre rows' fold, the delta rule's key reads and solve) keep fp32's accuracy
 # whatever the queries' reads take (NOTE [verify product precision])
-_DOTS = ("tf32x3", "tf32", "ieee", "split", "bf16x3", "bf16x2", "bf16")  # NOTE [verify product precision]
 _UPD = {"tf32": "tf32x3", "bf16": "bf16x3", "bf16x2": "bf16x3"}
 
 
 # NOTE [default verify]
 # A call takes this template by default where this table lists a tiling for its (decay, delta rule), with bf16
-# queries and keys (a model's activations; they enter the bf16 products as they are) on an fp32 checkpoint without
-# a read copy; every other verify takes the replay template's token loop. The table is empty: no tiling has yet
-# both passed the GPU tests and beaten the token loop. The candidate is bf16x3 products in 1-warp programs over
-# chunks of 16 keys, drafts padded to 8 (``dict(dot="bf16x3", key_chunk=16, num_warps=1)``; sm_90 compile, T = 8:
-# 255 registers, 108-192 bytes spilled): its one-pass bf16 sibling timed 0.98x (Mamba-2) and 1.05x (GDN) of one
-# standard step at T = 8 on an H100, against 2.22x and 4.23x for the token loop, but bf16x3 products in 4-warp
-# programs failed the GPU tests at some tilings (2026-12-06, BENCHMARKS.md) and no GPU ran the candidate. A lead:
-# triton 3.6 pipelines chains of MMAs through one loop-carried accumulator wrongly on its asynchronous MMA paths
-# (triton-lang/triton#10821, fixed for Blackwell in #10858; #10993: an accumulator that another MMA reads, in
-# chunked Mamba-2 kernels; 1-2 warps and 1 stage unaffected), and bf16x3 chains 3-6 MMAs into each read of the walk;
-# the GPU tests' 1-stage bf16x3 tilings tell. ``benchmarks/gpu/default_verify.sh`` checks and times the candidate;
-# list it here for scalar and no decay once it passes.
+# queries and keys (they enter the bf16 products as they are) and an fp32 compute dtype without a read copy (a
+# 16-bit checkpoint too); every other verify takes the replay template's token loop. The transformers integration
+# hands the ops fp32 queries and keys: a model run meets the table only once it lists fp32 activations too.
+# The table is empty: no tiling has yet both passed the GPU tests and beaten the token loop. The candidate is bf16x3
+# products in 1-warp programs over chunks of 16 keys, drafts padded to 8 (``dict(dot="bf16x3", key_chunk=16,
+# num_warps=1)``; sm_90 compile, T = 8: 255 registers, 108-192 bytes spilled). Its one-pass bf16 sibling (then
+# rounding its updates too) timed 0.98x (Mamba-2) and 1.05x (GDN) of one standard step at T = 8 on an H100, against
+# 2.22x and 4.23x for the token loop; but bf16x3 products in 4-warp programs failed the GPU tests at some tilings
+# (2026-12-06, BENCHMARKS.md), and no GPU ran the candidate. A lead: triton 3.6 pipelines chains of MMAs through one
+# loop-carried accumulator wrongly on its asynchronous MMA paths (triton-lang/triton#10821, fixed for Blackwell in
+# #10858; #10993: an accumulator that another MMA reads, in chunked Mamba-2 kernels; 1-2 warps and 1 stage
+# unaffected), and bf16x3 chains 3-6 MMAs into each read of the walk; the GPU tests' 1-stage bf16x3 tilings tell.
+# ``benchmarks/gpu/default_verify.sh`` checks and times the candidate; list it here for scalar and no decay once
+# it passes. ``ReplayState(verify_form=...)`` overrides the table per state (``templates/verify_forms.py``).
 _DEFAULT_TILING: dict = {}
 
 
@@ -411,7 +412,7 @@ def supports(spec, T: int, compute_dtype: torch.dtype, *, commit: bool, force_fl
             and compute_dtype == torch.float32)
 
 
-def default_tiling(spec, T: int, compute_dtype: torch.dtype, activations: torch.dtype, *, commit: bool,
+def default_tiling(spec, T: int, compute_dtype: torch.dtype, activations: Optional[torch.dtype], *, commit: bool,
                    force_flush: bool) -> Optional[dict]:
     """The chunked verify's tiling where it is the default verify of a call, else None (the replay template's token
     loop): bf16 activations (their queries and keys enter the bf16 products as they are) and a measured win for the
@@ -435,8 +436,8 @@ def tiling(K: int, V: int, T: int, L: int, key_chunk: Optional[int] = None, bloc
         raise ValueError(f"the chunked verify runs more than 4 warps only on value tiles of 128 (got {BV})")
     if token_tile not in (None, 8, 16):
         raise ValueError(f"the chunked verify pads drafts to 8 or 16 (got token_tile={token_tile})")
-    if dot not in (None, *_DOTS):
-        raise ValueError(f"the chunked verify's products are one of {_DOTS} (got dot={dot!r})")
+    if dot not in (None, *DOTS):
+        raise ValueError(f"the chunked verify's products are one of {DOTS} (got dot={dot!r})")
     BT = max(token_tile or 16, triton.next_power_of_2(T))
     return VerifyTiling(BT, max(16, triton.next_power_of_2(L)), BK, BKC, BV, num_warps or 4,
                         2 if stages is None else stages, dot or "tf32x3", max_registers)
