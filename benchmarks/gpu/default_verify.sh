@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # GPU check and timing of the default verify's candidate (templates/verify.py NOTE [default verify]; ~8 min on a
 # fresh H100): the verify's product forms and the chunked verify's GPU tests of its bf16 tilings, the candidate
-# against the token loop and its neighbours (verify T = 8, 4 at batch 256), `bench spec` at T = 4 with the default
-# verify (the candidate once the table lists it), then the other GPU kernel tests.
+# against the token loop and its neighbours (verify T = 8, 4 at batch 256), `bench spec` at T = 4 with the candidate
+# (and the token loop at one acceptance), then the other GPU kernel tests.
 # Usage: bash benchmarks/gpu/default_verify.sh [commit]   (writes under $OUT)
 set -u
 source "$(dirname "$0")/part.sh"
@@ -12,7 +12,10 @@ TAIL=40 part tests_bf16 110 python3 -m pytest -m "gpu or not slow" tests/test_ke
 FORMS=${FORMS:-"tokens;chunked:dot=bf16x3,nw=1,bt=8,kc=16;chunked:dot=bf16x3,nw=2,bt=8,kc=16;chunked:dot=bf16x2,nw=1,bt=8,kc=16;chunked:dot=bf16,nw=1,bt=8"}
 TAIL=40 part forms 120 python3 benchmarks/tune_replay.py --shapes nemotron3-super-mamba2,qwen3.5-122b-gdn --batch 256 \
   --no-steps --verify 8,4 --verify-window 16 --verify-form "$FORMS" --out "$OUT/verify_forms.json"
+CANDIDATE=${CANDIDATE:-"chunked:dot=bf16x3,nw=1,bt=8,kc=16"}
 TAIL=30 part spec 90 python3 -m replay_compile.cli bench spec --T 4 --batch 256 --acceptance 0.5,0.8,1.0,text \
-  --window 8 --steps 8 --out "$OUT/spec_t4.json"
+  --window 8 --steps 8 --verify-form "$CANDIDATE" --out "$OUT/spec_t4.json"
+TAIL=12 part spec_tokens 40 python3 -m replay_compile.cli bench spec --T 4 --batch 256 --acceptance 0.8 \
+  --window 8 --steps 8 --verify-form tokens --out "$OUT/spec_t4_tokens.json"
 TAIL=8 part tests_rest 200 python3 -m pytest -m gpu tests/test_kernels.py -q -p no:cacheprovider -k "not chunked_verify"
 echo total $SECONDS
