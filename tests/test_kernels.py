@@ -333,6 +333,12 @@ def test_chunked_verify_supports_and_default(monkeypatch):
             ReplayState(torch.zeros(1, 2, 4, 3), "gated_deltanet", 4, verify_form=bad)
     with pytest.raises(ValueError, match="products are one of"):
         verify.tiling(128, 128, 8, 24, dot="bf16x4")
+    # NOTE [prefetched operands read in place]: bf16 products at 4+ warps walk in 1 stage
+    assert verify.tiling(128, 128, 8, 24, dot="bf16x3").stages == 1
+    assert verify.tiling(128, 128, 8, 24, dot="bf16x3", num_warps=2).stages == 2
+    assert verify.tiling(128, 128, 8, 24, dot="split").stages == 2
+    with pytest.raises(ValueError, match="1 stage"):
+        verify.tiling(128, 128, 8, 24, dot="bf16x2", stages=2)
     with pytest.raises(ValueError, match="more than 4 warps"):  # NOTE [verify warps]
         verify.tiling(128, 128, 8, 24, num_warps=8)
     assert verify.tiling(128, 128, 8, 24, num_warps=8, block_v=128).num_warps == 8
@@ -480,12 +486,11 @@ _VERIFY_TILINGS = {  # every tiling the tuning sweeps (templates.verify.tiling),
                          dict(dot="bf16x3", token_tile=8, key_chunk=16, num_warps=2), dict(dot="bf16x3", num_warps=1),
                          dict(dot="bf16x3", token_tile=8, key_chunk=16, num_warps=1),
                          dict(dot="bf16x2", token_tile=8, key_chunk=16, num_warps=1),
-                         dict(dot="bf16", token_tile=8, num_warps=1), dict(dot="bf16x3", stages=1)],
+                         dict(dot="bf16", token_tile=8, num_warps=1)],
     "nemotron3-super-mamba2": [{}, dict(dot="ieee"), dict(key_chunk=16, max_registers=128), dict(dot="split"),
                                dict(dot="bf16x3"), dict(dot="bf16x3", token_tile=8, key_chunk=16),
                                dict(dot="bf16x3", token_tile=8, key_chunk=16, num_warps=1),
-                               dict(dot="bf16x2", token_tile=8, key_chunk=16, num_warps=1),
-                               dict(dot="bf16x3", stages=1)],
+                               dict(dot="bf16x2", token_tile=8, key_chunk=16, num_warps=1)],
     "nemotron3-nano-mamba2": [{}, dict(dot="bf16x3", token_tile=8)],
     "qwen3.5-4b-gdn": [{}],
     "kimi-linear-kda": [{}, dict(key_chunk=16), dict(dot="bf16x3", token_tile=8, key_chunk=16)],

@@ -358,6 +358,16 @@ def verify_kernel(
 
 
 # ------------------------------------------------------------------------------------------ launcher
+# NOTE [prefetched operands read in place]
+# Triton 3.6's software pipelining of the chunk walk prefetches the next chunk's loads into a one-slot shared buffer
+# (``cp.async``) before the loop body's products have run. A product that reads that buffer in place, rather than
+# from registers, may see the next chunk: bf16 activations need no conversion for bf16 products, so at 4 warps
+# (Hopper's warpgroup MMA, its B operand from shared memory) the drafts' queries and keys went straight from the
+# buffer into the reads of the checkpoint, issued after the next copy. On an H100 those tilings gave wrong outputs
+# (relative error 0.7-1.1; 2026-12-06, GPU tests of bf16x3 at 16-token tiles), and their sm_90 compile shows 6-12 such
+# reads where every tiling that passed shows none (``benchmarks/sm90_report.py``: "racy prefetch reads"). bf16
+# products at 4 or more warps therefore walk in 1 stage (no prefetch); at 1-2 warps the products load their
+# operands into registers first. ``tests/test_sm90_compile.py`` compiles the tilings that ship and checks.
 # NOTE [verify warps]
 # On an H100 (triton 3.6, 2026-12-06) 8 warps on value tiles of 64 with chunks of 32 keys made an illegal memory
 # access in a GDN verify of 8 tokens (batch 5, L = 13, fp32 and CUDA_LAUNCH_BLOCKING=1; exact at 4 warps, and at
@@ -380,13 +390,10 @@ _UPD = {"tf32": "tf32x3", "bf16": "bf16x3", "bf16x2": "bf16x3"}
 # products in 1-warp programs over chunks of 16 keys, drafts padded to 8 (``dict(dot="bf16x3", key_chunk=16,
 # num_warps=1)``; sm_90 compile, T = 8: 255 registers, 108-192 bytes spilled). Its one-pass bf16 sibling (then
 # rounding its updates too) timed 0.98x (Mamba-2) and 1.05x (GDN) of one standard step at T = 8 on an H100, against
-# 2.22x and 4.23x for the token loop; but bf16x3 products in 4-warp programs failed the GPU tests at some tilings
-# (2026-12-06, BENCHMARKS.md), and no GPU ran the candidate. A lead: triton 3.6 pipelines chains of MMAs through one
-# loop-carried accumulator wrongly on its asynchronous MMA paths (triton-lang/triton#10821, fixed for Blackwell in
-# #10858; #10993: an accumulator that another MMA reads, in chunked Mamba-2 kernels; 1-2 warps and 1 stage
-# unaffected), and bf16x3 chains 3-6 MMAs into each read of the walk; the GPU tests' 1-stage bf16x3 tilings tell.
-# ``benchmarks/gpu/default_verify.sh`` checks and times the candidate; list it here for scalar and no decay once
-# it passes. ``ReplayState(verify_form=...)`` overrides the table per state (``templates/verify_forms.py``).
+# 2.22x and 4.23x for the token loop; but bf16x3 products in 4-warp programs failed the GPU tests at 16-token tiles
+# (2026-12-06, BENCHMARKS.md; NOTE [prefetched operands read in place] is the likely cause, now guarded), and no GPU
+# ran the candidate (its sm_90 compile reads no prefetch buffer in place). ``benchmarks/gpu/default_verify.sh``
+# checks and times it; list it here for scalar and no decay once it passes. ``ReplayState(verify_form=...)`` overrides the table per state (``templates/verify_forms.py``).
 _DEFAULT_TILING: dict = {}
 
 
@@ -427,8 +434,9 @@ def default_tiling(spec, T: int, compute_dtype: torch.dtype, activations: Option
 def tiling(K: int, V: int, T: int, L: int, key_chunk: Optional[int] = None, block_v: Optional[int] = None,
            num_warps: Optional[int] = None, stages: Optional[int] = None, dot: Optional[str] = None,
            max_registers: Optional[int] = None, token_tile: Optional[int] = None) -> VerifyTiling:
-    """Defaults: chunks of 32 keys, value tiles of up to 64 columns, 4 warps, 2 stages, 3xTF32 products, drafts
-    padded to 16 (``token_tile=8``: to 8 where ``T <= 8``, NOTE [verify token tiles])."""
+    """Defaults: chunks of 32 keys, value tiles of up to 64 columns, 4 warps, 2 stages (1 for bf16 products at 4 or
+    more warps: NOTE [prefetched operands read in place]), 3xTF32 products, drafts padded to 16 (``token_tile=8``:
+    to 8 where ``T <= 8``, NOTE [verify token tiles])."""
     BKC = max(16, min(key_chunk or 32, triton.next_power_of_2(K)))
     BK = max(triton.next_power_of_2(K), BKC)
     BV = block_v or min(triton.next_power_of_2(V), 64)
@@ -438,9 +446,12 @@ def tiling(K: int, V: int, T: int, L: int, key_chunk: Optional[int] = None, bloc
         raise ValueError(f"the chunked verify pads drafts to 8 or 16 (got token_tile={token_tile})")
     if dot not in (None, *DOTS):
         raise ValueError(f"the chunked verify's products are one of {DOTS} (got dot={dot!r})")
+    one_stage = (dot or "").startswith("bf16") and (num_warps or 4) >= 4  # NOTE [prefetched operands read in place]
+    if one_stage and (stages or 1) > 1:
+        raise ValueError(f"bf16 products at 4 or more warps walk the key chunks in 1 stage (got stages={stages})")
     BT = max(token_tile or 16, triton.next_power_of_2(T))
     return VerifyTiling(BT, max(16, triton.next_power_of_2(L)), BK, BKC, BV, num_warps or 4,
-                        2 if stages is None else stages, dot or "tf32x3", max_registers)
+                        stages if stages is not None else 1 if one_stage else 2, dot or "tf32x3", max_registers)
 
 
 def launch(buf, spec, x, slots: Optional[torch.Tensor], out: torch.Tensor, **overrides) -> None:

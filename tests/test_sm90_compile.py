@@ -1,0 +1,53 @@
+"""The chunked verify compiled for sm_90 on a machine without a GPU (``benchmarks/sm90_report.py``): the tilings
+the tests and the default-verify candidate use read no prefetch buffer in place (templates/verify.py NOTE
+[prefetched operands read in place]). Under the interpreter this race cannot show; the compiler's TTGIR shows it."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+
+from sm90_report import racy_prefetch_reads  # noqa: E402
+
+# the loop of a tiling that failed on an H100 (bf16x3, 4 warps, 2 stages), cut down: the next chunk's copy is issued
+# into the one-slot buffer, then a warpgroup MMA reads that buffer's view
+_RACY_LOOP = """
+    %KK:2 = scf.for %i = %c0 to %c4 step %c1 iter_args(%a = %cst, %t = %tok) -> (tensor<64x16xf32>, !ttg.async.token) {
+      %w = ttg.async_wait %t {num = 0 : i32}
+      %Qt_556 = ttg.memdesc_index %Qt_212[%i] : !ttg.memdesc<1x32x16xbf16, #shared2, #smem, mutable> -> !ttg.memdesc<32x16xbf16, #shared2, #smem, mutable>
+      %Qt_557 = ttg.local_load %Qt_556 token %w : !ttg.memdesc<32x16xbf16, #shared2, #smem, mutable> -> tensor<32x16xbf16>
+      %c = ttg.async_copy_global_to_local %p, %Qt_234 mask %m other %z {contiguity = 4 : i32}
+      %r = scf.if %pre -> (tensor<64x16xf32>) {
+        %d = ttng.warp_group_dot %S, %Qt_556, %a {inputPrecision = 0 : i32} : tensor<64x32xbf16> * !ttg.memdesc<32x16xbf16, #shared2, #smem, mutable> -> tensor<64x16xf32>
+        scf.yield %d : tensor<64x16xf32>
+      } else {
+        scf.yield %a : tensor<64x16xf32>
+      }
+      scf.yield %r, %c : tensor<64x16xf32>, !ttg.async.token
+    } {tt.num_stages = 2 : i32}
+    %after = ttng.warp_group_dot %S, %Qt_556, %a : tensor<64x32xbf16> * !ttg.memdesc<32x16xbf16, #shared2, #smem, mutable> -> tensor<64x16xf32>
+"""
+
+
+def test_racy_prefetch_reads_counts_in_place_reads_after_the_next_copy():
+    """The read before the copy (into registers) and the one after the loop are safe; the MMA's is not."""
+    assert racy_prefetch_reads(_RACY_LOOP) == 1
+    assert racy_prefetch_reads(_RACY_LOOP.replace("1x32x16xbf16", "2x32x16xbf16")) == 0  # a second slot
+
+
+@pytest.mark.parametrize("shape,form", [
+    ("qwen3.5-122b-gdn", "chunked:dot=bf16x3"),  # 12 racy reads at 2 stages: the H100 failure
+    ("nemotron3-super-mamba2", "chunked:dot=bf16x3"),  # 6 at 2 stages
+    ("qwen3.5-122b-gdn", "chunked:dot=bf16x3,nw=1,bt=8,kc=16"),  # the default-verify candidate
+])
+def test_verify_tilings_read_no_prefetch_buffer_in_place(shape, form):
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    run = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "sm90_report.py"), f"{shape},none,8,13",
+                          "--batch", "5", "--verify-form", form], capture_output=True, text=True, env=env, cwd=ROOT,
+                         timeout=600)
+    lines = [ln for ln in run.stdout.splitlines() if "verify_kernel" in ln]
+    assert run.returncode == 0 and len(lines) == 1, run.stdout + run.stderr[-2000:]
+    assert lines[0].endswith("; 0 racy prefetch reads"), lines[0]
