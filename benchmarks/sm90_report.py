@@ -37,6 +37,7 @@ from replay_compile.bench.kernels import draw_inputs, draw_state, real_shape  # 
 from replay_compile.families import get_family  # noqa: E402
 from replay_compile.runtime import ReplayState, triton_impl  # noqa: E402
 from replay_compile.templates import replay, verify  # noqa: E402
+from ttgir_checks import racy_prefetch_reads  # noqa: E402
 from tune_replay import verify_form  # noqa: E402
 
 _TYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16", torch.int32: "i32",
@@ -98,28 +99,6 @@ def report(fn, args, kwargs, dump: str = "") -> str:
     return (f"{num_warps} warps, {regs.group(1) if regs else '?'} registers, {spills.group(1) if spills else '?'} "
             f"bytes spilled, {kernel.metadata.shared} bytes shared memory; SASS {_sass_counts(sass)}; "
             f"{racy_prefetch_reads(kernel.asm['ttgir'])} racy prefetch reads")
-
-
-_SLOT_VIEW = re.compile(r"(%[\w.]+) = ttg.memdesc_index %[\w.]+\[[^\]]*\] : !ttg.memdesc<(\d+)x")
-
-
-def racy_prefetch_reads(ttgir: str) -> int:
-    """Reads of a one-slot prefetch buffer, inside a pipelined loop, after the loop has issued its next copy into
-    it (templates/verify.py NOTE [prefetched operands read in place]): each may see the next iteration's data."""
-    one_slot = {m.group(1) for m in _SLOT_VIEW.finditer(ttgir) if m.group(2) == "1"}
-    racy, depth, issued = 0, None, False
-    for line in ttgir.splitlines():
-        if depth is None:
-            if "scf.for" not in line:
-                continue
-            depth, issued = 0, False
-        issued |= "ttg.async_copy_global_to_local" in line
-        if issued and ("ttg.local_load" in line or "ttng.warp_group_dot " in line):
-            racy += any(name in one_slot for name in re.findall(r"%[\w.]+", line.split("=", 1)[-1]))
-        depth += line.count("{") - line.count("}")
-        if depth <= 0 and "}" in line:
-            depth = None
-    return racy
 
 
 # SASS opcodes worth counting when a change is judged on the CPU: a CALL is the slow path of an IEEE division

@@ -10,7 +10,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
-from sm90_report import racy_prefetch_reads  # noqa: E402
+from ttgir_checks import racy_prefetch_reads  # noqa: E402
 
 # the loop of a tiling that failed on an H100 (bf16x3, 4 warps, 2 stages), cut down: the next chunk's copy is issued
 # into the one-slot buffer, then a warpgroup MMA reads that buffer's view
