@@ -372,7 +372,10 @@ def verify_kernel(
 # On an H100 (triton 3.6, 2026-12-06) 8 warps on value tiles of 64 with chunks of 32 keys made an illegal memory
 # access in a GDN verify of 8 tokens (batch 5, L = 13, fp32 and CUDA_LAUNCH_BLOCKING=1; exact at 4 warps, and at
 # 8 warps on tiles of 128 or with chunks of 16 keys): a miscompile or an unexplained bug of this template, not
-# found on the CPU. Until it is understood, more than 4 warps are refused below tiles of 128.
+# found on the CPU. Until it is understood, more than 4 warps are refused below tiles of 128. Its sm_90 compile (fp32
+# activations, batch 5, L = 13) is the only one of the three that spills (255 registers, 48 bytes; chunks of 16:
+# 208, none; tiles of 128: 255, none), and none reads a prefetch buffer in place (NOTE [prefetched operands read in
+# place]): not that race.
 # activations whose every value the products' input format holds exactly (TF32 for "split", bf16 for the bf16 forms)
 _EXACT_IN = {"split": (torch.bfloat16, torch.float16),
              **dict.fromkeys(("bf16x3", "bf16x2", "bf16"), (torch.bfloat16,))}
