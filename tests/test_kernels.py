@@ -318,19 +318,6 @@ def test_chunked_verify_supports_and_default(monkeypatch):
                  activations=act, tiling=dict(chunked=chunked))
         p.verify_commit(T=3)
         assert launched == want, (family, act, chunked)
-    # a state's verify form (templates/verify_forms.py) over the table: served where supported, else the token loop
-    for act, read, form, want in [(torch.float32, None, "chunked:kc=16,dot=bf16x3", [dict(key_chunk=16, dot="bf16x3")]),
-                                  (torch.bfloat16, None, "tokens", []), (torch.float32, "bf16", "chunked", [])]:
-        launched.clear()
-        p = Pair("gated_deltanet", B=2, H=2, Hk=1, K=4, V=3, L=4, generator=torch.Generator().manual_seed(7),
-                 activations=act, read=read, verify_form=form)
-        p.verify_commit(T=3)
-        assert launched == want, (act, read, form)
-    assert verify_forms.parse("chunked:bv=32,kc=16,nw=1,st=1,dot=bf16x2,mr=128,bt=8") == ("chunked", dict(
-        block_v=32, key_chunk=16, num_warps=1, stages=1, dot="bf16x2", max_registers=128, token_tile=8))
-    for bad in ("chunky", "tokens:kc=16", "chunked:zz=1", "chunked:kc=x", "chunked:dot=bf16x4"):
-        with pytest.raises(ValueError, match="verify form"):
-            ReplayState(torch.zeros(1, 2, 4, 3), "gated_deltanet", 4, verify_form=bad)
     with pytest.raises(ValueError, match="products are one of"):
         verify.tiling(128, 128, 8, 24, dot="bf16x4")
     # NOTE [prefetched operands read in place]: bf16 products at 4+ warps walk in 1 stage
@@ -346,6 +333,27 @@ def test_chunked_verify_supports_and_default(monkeypatch):
     with pytest.raises(ValueError, match="chunked verify"):
         triton_impl.advance_into(p.tri, p.inputs(2, T=2), None, torch.empty(2, 2, 2, 3, device=DEVICE),
                                  commit=False, force_flush=False, chunked=True)
+
+
+def test_verify_forms(monkeypatch):
+    """A state's verify form (templates/verify_forms.py) over the default table: served where the chunked verify
+    supports the call, else the token loop; a bad form is refused when the state is built."""
+    monkeypatch.setattr(verify, "_DEFAULT_TILING", {("scalar", True): dict(dot="bf16x3")})
+    launched, launch = [], verify.launch
+    monkeypatch.setattr(verify, "launch", lambda *a, **kw: launched.append(kw) or launch(*a, **kw))
+    for act, read, form, want in [(torch.float32, None, "chunked:kc=16,dot=bf16x3",
+                                   [dict(key_chunk=16, dot="bf16x3")]),
+                                  (torch.bfloat16, None, "tokens", []), (torch.float32, "bf16", "chunked", [])]:
+        launched.clear()
+        p = Pair("gated_deltanet", B=2, H=2, Hk=1, K=4, V=3, L=4, generator=torch.Generator().manual_seed(7),
+                 activations=act, read=read, verify_form=form)
+        p.verify_commit(T=3)
+        assert launched == want, (act, read, form)
+    assert verify_forms.parse("chunked:bv=32,kc=16,nw=1,st=1,dot=bf16x2,mr=128,bt=8") == ("chunked", dict(
+        block_v=32, key_chunk=16, num_warps=1, stages=1, dot="bf16x2", max_registers=128, token_tile=8))
+    for bad in ("chunky", "tokens:kc=16", "chunked:zz=1", "chunked:kc=x", "chunked:dot=bf16x4"):
+        with pytest.raises(ValueError, match="verify form"):
+            ReplayState(torch.zeros(1, 2, 4, 3), "gated_deltanet", 4, verify_form=bad)
 
 
 @pytest.mark.slow

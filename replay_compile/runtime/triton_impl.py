@@ -42,8 +42,10 @@ def _slots(slots: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
 
 def _form_tiling(rs, spec, x: Canonical, *, commit: bool, force_flush: bool) -> Optional[dict]:
     """The chunked verify's tiling for this call under the state's verify form, or None (the token loop)."""
-    kind, tiling = rs.verify_choice
     T = x.q.shape[1]
+    if T < 2 or commit or force_flush:  # steps and committing calls: the replay template, whatever the form
+        return None
+    kind, tiling = rs.verify_choice
     if kind == "auto":  # NOTE [default verify]
         activations = x.q.dtype if x.k.dtype == x.q.dtype else None
         return verify.default_tiling(spec, T, rs.compute_dtype, activations, commit=commit, force_flush=force_flush)

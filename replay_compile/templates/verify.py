@@ -2,8 +2,9 @@
 
 Status (2026-12-06): opt-in (``advance_into(..., chunked=True)``, ``tune_replay.py --verify-form chunked``); a
 call's default where NOTE [default verify] lists a tiling (none yet). Exact at real shapes on an H100 with TF32
-products; bf16x3 products in 4-warp programs failed there at some tilings (BENCHMARKS.md). 8 warps on value tiles
-of 64 made an illegal memory access (NOTE [verify warps], refused since).
+products; bf16x3 products in 4-warp programs failed there at 16-token tiles, a prefetch race now guarded (NOTE
+[prefetched operands read in place]; not yet rerun on a GPU). 8 warps on value tiles of 64 made an illegal memory
+access (NOTE [verify warps], refused since).
 
 One program owns one row, one value head and one value tile ``[BV]``. It walks the checkpoint's key axis in
 chunks of ``BKC`` keys and takes every read the call needs from each chunk at once, as products on the tensor
@@ -396,7 +397,8 @@ _UPD = {"tf32": "tf32x3", "bf16": "bf16x3", "bf16x2": "bf16x3"}
 # 2.22x and 4.23x for the token loop; but bf16x3 products in 4-warp programs failed the GPU tests at 16-token tiles
 # (2026-12-06, BENCHMARKS.md; NOTE [prefetched operands read in place] is the likely cause, now guarded), and no GPU
 # ran the candidate (its sm_90 compile reads no prefetch buffer in place). ``benchmarks/gpu/default_verify.sh``
-# checks and times it; list it here for scalar and no decay once it passes. ``ReplayState(verify_form=...)`` overrides the table per state (``templates/verify_forms.py``).
+# checks and times it; list it here for scalar and no decay once it passes. ``ReplayState(verify_form=...)``
+# overrides the table per state (``templates/verify_forms.py``).
 _DEFAULT_TILING: dict = {}
 
 
