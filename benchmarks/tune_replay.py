@@ -29,6 +29,15 @@ from replay_compile.runtime import triton_impl
 from replay_compile.templates import verify_forms
 from replay_compile.templates.standard import standard_step
 
+ACTIVATIONS = {"bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+def activation_list(text: str) -> list:
+    names = text.split(",")
+    if not set(names) <= ACTIVATIONS.keys():
+        raise argparse.ArgumentTypeError(f"activations are {', '.join(ACTIVATIONS)}, not {text!r}")
+    return names
+
 
 def verify_form(form: str) -> dict:
     """``advance_into`` keywords of a ``--verify-form`` variant (``templates/verify_forms.py``)."""
@@ -59,6 +68,8 @@ def main(argv=None) -> int:
     p.add_argument("--verify-form", type=lambda s: s.split(";"), default=["auto"],
                    help="verify variants separated by ';': auto (the runtime's choice), tokens, or "
                         "chunked[:bv=,kc=,nw=,st=,dot=,mr=,bt=] (templates/verify.py's tiling)")
+    p.add_argument("--verify-activations", type=activation_list, default=["bf16"],
+                   help="dtypes of the verify rows' activations (bf16, fp32: what the transformers integration hands)")
     p.add_argument("--verify-read", default="none", help="read copy of the verify rows' state (none, bf16, fp8, fp4)")
     p.add_argument("--layout", choices=("kv", "vk"), help="state layout instead of the model's (e.g. GDN with keys "
                    "contiguous, as vLLM stores it)")
@@ -109,10 +120,10 @@ def main(argv=None) -> int:
                   f"{r['speedup']:.2f}x std of {r['ceiling']:.2f}x)  non-flush {nf_us:7.1f} us ({r['nf_bw']:.0%} bw)",
                   flush=True)
             del rs
-        for T, w, bv, nw, mr, form in itertools.product(args.verify, args.verify_window, args.block_v, args.warps,
-                                                        args.maxnreg, args.verify_form):
+        for T, w, bv, nw, mr, form, act in itertools.product(args.verify, args.verify_window, args.block_v, args.warps,
+                                                             args.maxnreg, args.verify_form, args.verify_activations):
             L = w + T
-            xv = draw_inputs(shape, B, T, "cuda", seed=B + T)
+            xv = draw_inputs(shape, B, T, "cuda", seed=B + T, activations=ACTIVATIONS[act])
             rs = staggered_replay_state(shape, B, L, "cuda", args.verify_read, tokens=T)
             n_all = torch.full((B,), T, dtype=torch.int64, device="cuda")
             out = torch.empty(B, T, rs.num_heads, rs.head_v, device="cuda")
@@ -127,8 +138,8 @@ def main(argv=None) -> int:
                 print(f"  verify T={T} L={L} bv={bv} nw={nw} mr={mr}: {type(e).__name__}: {str(e)[:150]}")
                 continue
             rows.append(dict(shape=name, layout=shape.layout, batch=B, kind="verify", T=T, L=L, read=args.verify_read,
-                             block_v=bv, warps=nw, maxnreg=mr, form=form, us=us, vs_std=us / std_us))
-            print(f"  verify T={T} L={L} {args.verify_read} {form} bv={bv} nw={nw} mr={mr}: {us:.1f} us = "
+                             block_v=bv, warps=nw, maxnreg=mr, form=form, activations=act, us=us, vs_std=us / std_us))
+            print(f"  verify T={T} L={L} {args.verify_read} {act} {form} bv={bv} nw={nw} mr={mr}: {us:.1f} us = "
                   f"{us / std_us:.2f}x std step", flush=True)
             del rs
         with open(args.out, "w") as f:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU check and timing of the default verify's candidate (templates/verify.py NOTE [default verify]; ~8 min on a
 # fresh H100): the verify's product forms and the chunked verify's GPU tests of its bf16 tilings, the candidate
-# against the token loop and its neighbours (verify T = 8, 4 at batch 256), `bench spec` at T = 4 with the candidate
+# against the token loop and its neighbours (verify T = 8, 4 at batch 256; with fp32 activations too, as the
+# transformers integration hands them), `bench spec` at T = 4 with the candidate
 # (and the token loop at one acceptance), then the other GPU kernel tests.
 # Usage: bash benchmarks/gpu/default_verify.sh [commit]   (writes under $OUT)
 set -u
@@ -13,6 +14,9 @@ FORMS=${FORMS:-"tokens;chunked:dot=bf16x3,nw=1,bt=8,kc=16;chunked:dot=bf16x3,nw=
 TAIL=40 part forms 120 python3 benchmarks/tune_replay.py --shapes nemotron3-super-mamba2,qwen3.5-122b-gdn --batch 256 \
   --no-steps --verify 8,4 --verify-window 16 --verify-form "$FORMS" --out "$OUT/verify_forms.json"
 CANDIDATE=${CANDIDATE:-"chunked:dot=bf16x3,nw=1,bt=8,kc=16"}
+TAIL=12 part forms_fp32 60 python3 benchmarks/tune_replay.py --shapes nemotron3-super-mamba2,qwen3.5-122b-gdn \
+  --batch 256 --no-steps --verify 8,4 --verify-window 16 --verify-activations fp32 --verify-form "tokens;$CANDIDATE" \
+  --out "$OUT/verify_forms_fp32.json"
 TAIL=30 part spec 90 python3 -m replay_compile.cli bench spec --T 4 --batch 256 --acceptance 0.5,0.8,1.0,text \
   --window 8 --steps 8 --verify-form "$CANDIDATE" --out "$OUT/spec_t4.json"
 TAIL=12 part spec_tokens 40 python3 -m replay_compile.cli bench spec --T 4 --batch 256 --acceptance 0.8 \

@@ -147,8 +147,10 @@ def copy_bandwidth(device: str, gbytes: float, timer: Timer) -> float:
 
 
 # ------------------------------------------------------------------------------------------ inputs
-def draw_inputs(shape: Shape, batch: int, tokens: Optional[int], device: str, seed: int):
-    """Canonical inputs ``[B, (T,) ...]`` (bf16 activations, fp32 log-decay) drawn natively and mapped.
+def draw_inputs(shape: Shape, batch: int, tokens: Optional[int], device: str, seed: int,
+                activations: torch.dtype = torch.bfloat16):
+    """Canonical inputs ``[B, (T,) ...]`` (``activations``, bf16 by default, and fp32 log-decay) drawn natively
+    and mapped. fp32 activations are what the transformers integration hands the ops.
 
     Drawn as one sequence of ``B*T`` tokens so the family's random state (which ``make_inputs`` also
     draws) stays one slot small; the benchmark's states come from :func:`draw_state`.
@@ -167,7 +169,7 @@ def draw_inputs(shape: Shape, batch: int, tokens: Optional[int], device: str, se
             out.append(None)
             continue
         f = f[0].reshape(*lead, *f.shape[2:]).to(device)
-        out.append(f if name == "log_a" else f.to(torch.bfloat16))
+        out.append(f if name == "log_a" else f.to(activations))
     return type(x)(*out)
 
 
