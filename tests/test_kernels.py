@@ -300,11 +300,14 @@ def test_chunked_verify_supports_and_default(monkeypatch):
     assert not (supports(1) or supports(4, commit=True) or supports(4, read_format="fp8")
                 or supports(4, dtype=torch.float64))
     candidate = dict(dot="bf16x3", key_chunk=16, num_warps=1)  # NOTE [default verify]
-    monkeypatch.setattr(verify, "_DEFAULT_TILING", {("scalar", True): candidate, ("none", False): candidate})
+    monkeypatch.setattr(verify, "_DEFAULT_TILING", {("scalar", True, torch.bfloat16): candidate,
+                                                     ("none", False, torch.bfloat16): candidate,
+                                                     ("none", False, torch.float32): dict(candidate, num_warps=2)})
     default = lambda T=4, act=torch.bfloat16, commit=False, **kw: verify.default_tiling(
         dataclasses.replace(spec, **kw), T, torch.float32, act, commit=commit, force_flush=False)
     assert default() == dict(candidate, token_tile=8)
     assert default(T=12)["token_tile"] is None and default(decay="none", delta=False)
+    assert default(act=torch.float32, decay="none", delta=False)["num_warps"] == 2
     assert not any((default(act=torch.float32), default(act=None), default(decay="channel"), default(T=1),
                     default(commit=True), default(read_format="bf16"), default(T=17), default(delta=False)))
     launched, launch = [], verify.launch

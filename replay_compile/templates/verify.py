@@ -386,10 +386,10 @@ _UPD = {"tf32": "tf32x3", "bf16": "bf16x3", "bf16x2": "bf16x3"}
 
 
 # NOTE [default verify]
-# A call takes this template by default where this table lists a tiling for its (decay, delta rule), with bf16
-# queries and keys (they enter the bf16 products as they are) and an fp32 compute dtype without a read copy (a
-# 16-bit checkpoint too); every other verify takes the replay template's token loop. The transformers integration
-# hands the ops fp32 queries and keys: a model run meets the table only once it lists fp32 activations too.
+# A call takes this template by default where this table lists a tiling for its (decay, delta rule, activations'
+# dtype), with an fp32 compute dtype without a read copy (a 16-bit checkpoint too); every other verify takes the
+# replay template's token loop. bf16 queries and keys enter the bf16 products as they are; fp32 ones (what the
+# transformers integration hands the ops) as parts too, so they are listed apart.
 # The table is empty: no tiling has yet both passed the GPU tests and beaten the token loop. The candidate is bf16x3
 # products in 1-warp programs over chunks of 16 keys, drafts padded to 8 (``dict(dot="bf16x3", key_chunk=16,
 # num_warps=1)``; sm_90 compile, T = 8: 255 registers, 108-192 bytes spilled). Its one-pass bf16 sibling (then
@@ -399,7 +399,7 @@ _UPD = {"tf32": "tf32x3", "bf16": "bf16x3", "bf16x2": "bf16x3"}
 # ran the candidate (its sm_90 compile reads no prefetch buffer in place). ``benchmarks/gpu/default_verify.sh``
 # checks and times it; list it here for scalar and no decay once it passes. ``ReplayState(verify_form=...)``
 # overrides the table per state (``templates/verify_forms.py``).
-_DEFAULT_TILING: dict = {}
+_DEFAULT_TILING: dict = {}  # (decay, delta rule, activations' dtype) -> tiling keywords
 
 
 class VerifyTiling(NamedTuple):
@@ -427,12 +427,11 @@ def supports(spec, T: int, compute_dtype: torch.dtype, *, commit: bool, force_fl
 def default_tiling(spec, T: int, compute_dtype: torch.dtype, activations: Optional[torch.dtype], *, commit: bool,
                    force_flush: bool) -> Optional[dict]:
     """The chunked verify's tiling where it is the default verify of a call, else None (the replay template's token
-    loop): bf16 activations (their queries and keys enter the bf16 products as they are) and a measured win for the
-    family's decay kind (NOTE [default verify])."""
-    if activations != torch.bfloat16 or T > 16 or not supports(spec, T, compute_dtype, commit=commit,
-                                                                  force_flush=force_flush, materialize=False):
+    loop): a measured win for the family's decay kind and delta rule with these activations (queries and keys of
+    one dtype) in NOTE [default verify]'s table."""
+    if T > 16 or not supports(spec, T, compute_dtype, commit=commit, force_flush=force_flush, materialize=False):
         return None
-    tile = _DEFAULT_TILING.get((spec.decay, spec.delta))
+    tile = _DEFAULT_TILING.get((spec.decay, spec.delta, activations))
     return None if tile is None else dict(tile, token_tile=8 if T <= 8 else None)
 
 
