@@ -306,9 +306,9 @@ def test_chunked_verify_supports_and_default(monkeypatch):
     default = lambda T=4, act=torch.bfloat16, commit=False, **kw: verify.default_tiling(
         dataclasses.replace(spec, **kw), T, torch.float32, act, commit=commit, force_flush=False)
     assert default() == dict(candidate, token_tile=8)
-    assert default(T=12)["token_tile"] is None and default(decay="none", delta=False)
+    assert default(T=8)["token_tile"] == 8 and default(decay="none", delta=False)
     assert default(act=torch.float32, decay="none", delta=False)["num_warps"] == 2
-    assert not any((default(act=torch.float32), default(act=None), default(decay="channel"), default(T=1),
+    assert not any((default(act=torch.float32), default(act=None), default(decay="channel"), default(T=1), default(T=9),
                     default(commit=True), default(read_format="bf16"), default(T=17), default(delta=False)))
     launched, launch = [], verify.launch
     monkeypatch.setattr(verify, "launch", lambda *a, **kw: launched.append(kw) or launch(*a, **kw))
@@ -341,7 +341,7 @@ def test_chunked_verify_supports_and_default(monkeypatch):
 def test_verify_forms(monkeypatch):
     """A state's verify form (templates/verify_forms.py) over the default table: served where the chunked verify
     supports the call, else the token loop; a bad form is refused when the state is built."""
-    monkeypatch.setattr(verify, "_DEFAULT_TILING", {("scalar", True): dict(dot="bf16x3")})
+    monkeypatch.setattr(verify, "_DEFAULT_TILING", {("scalar", True, torch.bfloat16): dict(dot="bf16x3")})
     launched, launch = [], verify.launch
     monkeypatch.setattr(verify, "launch", lambda *a, **kw: launched.append(kw) or launch(*a, **kw))
     for act, read, form, want in [(torch.float32, None, "chunked:kc=16,dot=bf16x3",
@@ -506,6 +506,19 @@ _VERIFY_TILINGS = {  # every tiling the tuning sweeps (templates.verify.tiling),
     "qwen3.5-4b-gdn": [{}],
     "kimi-linear-kda": [{}, dict(key_chunk=16), dict(dot="bf16x3", token_tile=8, key_chunk=16)],
 }
+
+
+def test_default_verify_tilings_passed_the_gpu_tests():
+    """Every tiling of NOTE [default verify]'s table, as a call gets it, is one that test_chunked_verify_gpu runs on
+    its family's real shapes with the activations the table lists it for."""
+    from replay_compile.templates import verify
+
+    families = {"scalar": {False: ["nemotron3-super-mamba2"], True: ["qwen3.5-122b-gdn"]}}
+    assert verify._DEFAULT_TILING, "the table is empty: update this test and NOTE [default verify]"
+    for (decay, delta, act), tile in verify._DEFAULT_TILING.items():
+        assert act == torch.bfloat16, "test_chunked_verify_gpu gives bf16 activations to bf16 products only"
+        for name in families[decay][delta]:
+            assert dict(tile, token_tile=8) in _VERIFY_TILINGS[name], (name, tile)
 
 
 def _tiling_id(x):

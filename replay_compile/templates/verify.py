@@ -1,10 +1,10 @@
 """The chunked verify template: a speculative verify of ``T`` draft tokens as small matrix products.
 
-Status (2026-12-06): opt-in (``advance_into(..., chunked=True)``, ``tune_replay.py --verify-form chunked``); a
-call's default where NOTE [default verify] lists a tiling (none yet). Exact at real shapes on an H100 with TF32
-products; bf16x3 products in 4-warp programs failed there at 16-token tiles, a prefetch race now guarded (NOTE
-[prefetched operands read in place]; not yet rerun on a GPU). 8 warps on value tiles of 64 made an illegal memory
-access (NOTE [verify warps], refused since).
+Status (2026-12-06): the default verify of scalar-decay families on bf16 activations, T <= 8 (1-warp programs
+of bf16 products, NOTE [default verify]: 1.23x / 1.36x one standard step at T = 8 for Mamba-2 / GDN on an H100,
+where the token loop takes 2.21x / 4.18x); opt-in elsewhere (``ReplayState(verify_form=...)``, ``advance_into(...,
+chunked=True)``). Every tiling of the GPU tests passed on an H100, bf16x3 at 4 warps since NOTE [prefetched operands
+read in place]. 8 warps on value tiles of 64 made an illegal memory access (NOTE [verify warps], refused since).
 
 One program owns one row, one value head and one value tile ``[BV]``. It walks the checkpoint's key axis in
 chunks of ``BKC`` keys and takes every read the call needs from each chunk at once, as products on the tensor
@@ -367,8 +367,9 @@ def verify_kernel(
 # buffer into the reads of the checkpoint, issued after the next copy. On an H100 those tilings gave wrong outputs
 # (relative error 0.7-1.1; 2026-12-06, GPU tests of bf16x3 at 16-token tiles), and their sm_90 compile shows 6-12 such
 # reads where every tiling that passed shows none (``benchmarks/sm90_report.py``: "racy prefetch reads"). bf16
-# products at 4 or more warps therefore walk in 1 stage (no prefetch); at 1-2 warps the products load their
-# operands into registers first. ``tests/test_sm90_compile.py`` compiles the tilings that ship and checks.
+# products at 4 or more warps therefore walk in 1 stage (no prefetch), and so passed the same GPU tests (H100, later
+# on 2026-12-06); at 1-2 warps the products load their operands into registers first.
+# ``tests/test_sm90_compile.py`` compiles the tilings that ship and checks.
 # NOTE [verify warps]
 # On an H100 (triton 3.6, 2026-12-06) 8 warps on value tiles of 64 with chunks of 32 keys made an illegal memory
 # access in a GDN verify of 8 tokens (batch 5, L = 13, fp32 and CUDA_LAUNCH_BLOCKING=1; exact at 4 warps, and at
@@ -387,19 +388,24 @@ _UPD = {"tf32": "tf32x3", "bf16": "bf16x3", "bf16x2": "bf16x3"}
 
 # NOTE [default verify]
 # A call takes this template by default where this table lists a tiling for its (decay, delta rule, activations'
-# dtype), with an fp32 compute dtype without a read copy (a 16-bit checkpoint too); every other verify takes the
-# replay template's token loop. bf16 queries and keys enter the bf16 products as they are; fp32 ones (what the
-# transformers integration hands the ops) as parts too, so they are listed apart.
-# The table is empty: no tiling has yet both passed the GPU tests and beaten the token loop. The candidate is bf16x3
-# products in 1-warp programs over chunks of 16 keys, drafts padded to 8 (``dict(dot="bf16x3", key_chunk=16,
-# num_warps=1)``; sm_90 compile, T = 8: 255 registers, 108-192 bytes spilled). Its one-pass bf16 sibling (then
-# rounding its updates too) timed 0.98x (Mamba-2) and 1.05x (GDN) of one standard step at T = 8 on an H100, against
-# 2.22x and 4.23x for the token loop; but bf16x3 products in 4-warp programs failed the GPU tests at 16-token tiles
-# (2026-12-06, BENCHMARKS.md; NOTE [prefetched operands read in place] is the likely cause, now guarded), and no GPU
-# ran the candidate (its sm_90 compile reads no prefetch buffer in place). ``benchmarks/gpu/default_verify.sh``
-# checks and times it; list it here for scalar and no decay once it passes. ``ReplayState(verify_form=...)``
-# overrides the table per state (``templates/verify_forms.py``).
-_DEFAULT_TILING: dict = {}  # (decay, delta rule, activations' dtype) -> tiling keywords
+# dtype), with an fp32 compute dtype without a read copy (a 16-bit checkpoint too) and T <= 8 drafts (padded to 8);
+# every other verify takes the replay template's token loop. bf16 queries and keys enter the bf16 products as they
+# are; fp32 ones (what the transformers integration hands the ops) as parts too, so they are listed apart.
+# Entries are tilings that passed the GPU tests (``_VERIFY_TILINGS`` in tests/test_kernels.py, which a CPU test
+# checks) and beat the token loop at T = 8 and 4 (H100, batch 256, L = 16 + T, bf16 activations; us, x one
+# standard step; ``benchmarks/gpu/default_verify.sh``, 2026-12-06, BENCHMARKS.md):
+#   Mamba-2 (scalar decay): token loop 1591 (2.21x) / 851; bf16x2 885 (1.23x) / 726, bf16x3 950 (1.32x) / 788
+#   GDN (scalar decay, delta rule): token loop 3065 (4.18x) / 1381; bf16x3 997 (1.36x) / 875, bf16x2 1020 / 847
+# bf16x2 rounds only the outputs' reads (~1e-5 of them, far under the bf16 activations' own 4e-3; the checkpoint
+# and ring stay exact, NOTE [verify product precision]); GDN takes bf16x3, fastest at T = 8 and exact. Not listed:
+# fp32 activations (timed faster too: Mamba-2 990 vs 1545 us at T = 8, GDN 1085 vs 2643, but no GPU test ran the
+# 1-warp tiling on them), no decay and channel decay (not timed), T > 8 (16-token tiles at 1 warp: not timed).
+# ``ReplayState(verify_form=...)`` overrides the table per state (``templates/verify_forms.py``).
+_ONE_WARP = dict(key_chunk=16, num_warps=1)
+_DEFAULT_TILING: dict = {  # (decay, delta rule, activations' dtype) -> tiling keywords
+    ("scalar", False, torch.bfloat16): dict(_ONE_WARP, dot="bf16x2"),
+    ("scalar", True, torch.bfloat16): dict(_ONE_WARP, dot="bf16x3"),
+}
 
 
 class VerifyTiling(NamedTuple):
@@ -429,10 +435,10 @@ def default_tiling(spec, T: int, compute_dtype: torch.dtype, activations: Option
     """The chunked verify's tiling where it is the default verify of a call, else None (the replay template's token
     loop): a measured win for the family's decay kind and delta rule with these activations (queries and keys of
     one dtype) in NOTE [default verify]'s table."""
-    if T > 16 or not supports(spec, T, compute_dtype, commit=commit, force_flush=force_flush, materialize=False):
+    if T > 8 or not supports(spec, T, compute_dtype, commit=commit, force_flush=force_flush, materialize=False):
         return None
     tile = _DEFAULT_TILING.get((spec.decay, spec.delta, activations))
-    return None if tile is None else dict(tile, token_tile=8 if T <= 8 else None)
+    return None if tile is None else dict(tile, token_tile=8)
 
 
 def tiling(K: int, V: int, T: int, L: int, key_chunk: Optional[int] = None, block_v: Optional[int] = None,
