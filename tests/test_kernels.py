@@ -267,7 +267,7 @@ _READ_TOL = {"bf16x2": 1e-4, "bf16": 2e-2}
 
 
 @pytest.mark.parametrize("dot,activations", [("split", "bf16"), ("bf16x3", "bf16"), ("bf16x2", "bf16"),
-                                             ("bf16", "bf16"), ("bf16x2", "fp32"), ("bf16", "fp32")])
+                                             ("bf16", "bf16"), ("bf16x3", "fp32"), ("bf16x2", "fp32"), ("bf16", "fp32")])
 @pytest.mark.parametrize("family", ["mamba2", "gated_deltanet", "kda"])
 def test_chunked_verify_split_products_on_bf16_activations(family, dot, activations):
     """``dot="split"``: with bf16 queries and keys the checkpoint's products take a high and a low TF32 part;
@@ -286,7 +286,7 @@ def test_chunked_verify_split_products_on_bf16_activations(family, dot, activati
 
 def test_chunked_verify_supports_and_default(monkeypatch):
     """The chunked verify serves verifies (T >= 2, no commit) on fp32 states without a read copy, and is a call's
-    default where NOTE [default verify] lists a tiling (here a stand-in table) and the activations are bf16; other
+    default where NOTE [default verify] lists a tiling for its activations' dtype (here a stand-in table); other
     calls take the replay template's token loop (``chunked=False`` too), and asking for it where unsupported is
     an error."""
     from replay_compile.templates import replay, verify
@@ -508,19 +508,6 @@ _VERIFY_TILINGS = {  # every tiling the tuning sweeps (templates.verify.tiling),
 }
 
 
-def test_default_verify_tilings_passed_the_gpu_tests():
-    """Every tiling of NOTE [default verify]'s table, as a call gets it, is one that test_chunked_verify_gpu runs on
-    its family's real shapes with the activations the table lists it for."""
-    from replay_compile.templates import verify
-
-    families = {"scalar": {False: ["nemotron3-super-mamba2"], True: ["qwen3.5-122b-gdn"]}}
-    assert verify._DEFAULT_TILING, "the table is empty: update this test and NOTE [default verify]"
-    for (decay, delta, act), tile in verify._DEFAULT_TILING.items():
-        assert act == torch.bfloat16, "test_chunked_verify_gpu gives bf16 activations to bf16 products only"
-        for name in families[decay][delta]:
-            assert dict(tile, token_tile=8) in _VERIFY_TILINGS[name], (name, tile)
-
-
 def _tiling_id(x):
     return (",".join(f"{k}={v}" for k, v in x.items()) or "default") if isinstance(x, dict) else x
 
@@ -533,12 +520,43 @@ def test_chunked_verify_gpu(name, vt):
     products within the fp32 tolerance, bf16x2 and bf16 reads within theirs; drafts padded to 16 and to 8 (NOTE
     [verify token tiles])."""
     dot = vt.get("dot")
-    p = _real_pair(name, B=5, L=13, seed=4 + _VERIFY_TILINGS[name].index(vt),
-                   tiling=dict(verify_tiling=vt, chunked=True), out_tol=_READ_TOL.get(dot),
-                   activations=torch.bfloat16 if dot in ("split", "bf16x3", *_READ_TOL) else torch.float32)
+    _verify_real_shape(name, vt, 4 + _VERIFY_TILINGS[name].index(vt),
+                       torch.bfloat16 if dot in ("split", "bf16x3", *_READ_TOL) else torch.float32)
+
+
+# the 1-warp tilings of NOTE [default verify] on fp32 queries and keys (what the transformers integration hands the
+# ops): both operands of a bf16 product go in as parts (six passes for bf16x3, three for bf16x2)
+_FP32_ACTIVATION_TILINGS = [dict(dot=dot, token_tile=8, key_chunk=16, num_warps=1) for dot in ("bf16x3", "bf16x2")]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("vt", _FP32_ACTIVATION_TILINGS, ids=_tiling_id)
+@pytest.mark.parametrize("name", ["nemotron3-super-mamba2", "qwen3.5-122b-gdn"])
+def test_chunked_verify_gpu_fp32_activations(name, vt):
+    """test_chunked_verify_gpu's checks for the default verify's tilings on fp32 activations."""
+    _verify_real_shape(name, vt, 40 + _FP32_ACTIVATION_TILINGS.index(vt), torch.float32)
+
+
+def _verify_real_shape(name, vt, seed, activations):
+    p = _real_pair(name, B=5, L=13, seed=seed, tiling=dict(verify_tiling=vt, chunked=True),
+                   out_tol=_READ_TOL.get(vt.get("dot")), activations=activations)
     slots = torch.tensor([4, -1, 0, 2, 1, 3], device=DEVICE)
     for T in (8, 5, 8, 8):
         p.verify_commit(T=T, slots=slots)
+
+
+def test_default_verify_tilings_passed_the_gpu_tests():
+    """Every tiling of NOTE [default verify]'s table, as a call gets it, is one that the GPU tests run on its
+    family's real shapes with the activations the table lists it for (test_chunked_verify_gpu gives bf16 products
+    bf16 activations; test_chunked_verify_gpu_fp32_activations gives them fp32 ones)."""
+    from replay_compile.templates import verify
+
+    families = {"scalar": {False: ["nemotron3-super-mamba2"], True: ["qwen3.5-122b-gdn"]}}
+    assert verify._DEFAULT_TILING, "the table is empty: update this test and NOTE [default verify]"
+    for (decay, delta, act), tile in verify._DEFAULT_TILING.items():
+        for name in families[decay][delta]:
+            tested = _VERIFY_TILINGS[name] if act == torch.bfloat16 else _FP32_ACTIVATION_TILINGS
+            assert dict(tile, token_tile=8) in tested, (name, act, tile)
 
 
 @pytest.mark.gpu
