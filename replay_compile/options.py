@@ -17,6 +17,7 @@ from typing import Any, Mapping, Optional
 import torch
 
 from .runtime.quant import READ_DTYPES
+from .templates import verify_forms
 
 CHECKPOINT_DTYPES = ("float32", "bfloat16", "float16")
 KERNELS = ("auto", "torch", "triton")
@@ -46,6 +47,8 @@ class ReplayOptions:
     speculative: bool = False               # every call (T >= 1 tokens) appends tentatively: replay_compile.commit
     validate: bool = True                   # numeric check of every rewrite before accepting it
     kernels: str = "auto"                   # "auto" | "torch" (reference ops) | "triton"
+    # the Triton path's verify template: "auto" (NOTE [default verify]) | "tokens" | "chunked[:k=v,...]"
+    verify_form: str = "auto"
     # Inductor mode for the rest of the graph, as torch.compile's mode= (which torch.compile refuses
     # together with options=, so CUDA graphs plus other options need this): None | "reduce-overhead" | ...
     mode: Optional[str] = None
@@ -168,6 +171,14 @@ def _families(name, value):
     return tuple(sorted({_canonical_family_name(name, f) for f in value}))
 
 
+def _verify_form(name, value):
+    try:
+        verify_forms.parse(value)
+    except ValueError as e:
+        raise ValueError(f"option {name!r}: {e}") from None
+    return value
+
+
 _VALIDATORS = {
     "window": _int_at_least(1, optional=False),
     "checkpoint_dtype": _one_of(CHECKPOINT_DTYPES, aliases=_DTYPE_NAMES),
@@ -181,5 +192,6 @@ _VALIDATORS = {
     "speculative": _bool,
     "validate": _bool,
     "kernels": _one_of(KERNELS),
+    "verify_form": _verify_form,
     "mode": _inductor_mode,
 }

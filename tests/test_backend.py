@@ -69,6 +69,12 @@ def test_families_in_place_buffer_match_eager(name, layout):
     assert rs is not None and bool((rs.flushes > 0).all()), "the ring never flushed: replay was not used"
 
 
+def test_verify_form_option_reaches_the_runtime():
+    """``options={"verify_form": ...}`` picks the Triton path's verify template of every rewritten site's state."""
+    *_, layer = _decode_vs_eager("gated_deltanet", "kv", 5, steps=2, options=dict(FAST, window=4, verify_form="tokens"))
+    assert registry.find(layer.state).verify_form == "tokens"
+
+
 def _scalar_inputs(B, H, K, V, T=None, dtype=torch.float32):
     shp = (B,) if T is None else (B, T)
     return (torch.randn(*shp, H, K, dtype=dtype), torch.randn(*shp, H, K, dtype=dtype),

@@ -128,12 +128,12 @@ def test_decode_and_disable_hand_back_exact_states():
     ids = tiny.prompts(2, 8, seed=3)[0]
     ref, ref_logits = greedy_reference(model, ids, 10)
     cache = DynamicCache(config=model.config)
-    replay = replay_tf.enable_replay(model, window=3, kernels="torch")
+    replay = replay_tf.enable_replay(model, window=3, kernels="torch", verify_form="tokens")
     logits = model(ids, **_cache_kw(model, cache)).logits[:, -1]
     for i in range(6):
         torch.testing.assert_close(logits, ref_logits[:, i], rtol=1e-3, atol=1e-3)
         logits = model(ref[:, i:i + 1], **_cache_kw(model, cache)).logits[:, -1]
-    assert replay_compile.ops.registry.find(cache.layers[0].recurrent_states[0]) is not None
+    assert replay_compile.ops.registry.find(cache.layers[0].recurrent_states[0]).verify_form == "tokens"
     replay.disable()  # states exact again, functions restored
     assert replay_compile.ops.registry.find(cache.layers[0].recurrent_states[0]) is None
     for i in range(6, 10):

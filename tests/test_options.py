@@ -8,7 +8,7 @@ from replay_compile.options import ReplayOptions
 
 AGREED_DEFAULTS = dict(window=16, checkpoint_dtype="float32", read_dtype=None, stochastic_rounding=False,
                        families=None, min_batch=None, strict=False, inductor=True, fuel=None,
-                       speculative=False, validate=True, kernels="auto", mode=None)
+                       speculative=False, validate=True, kernels="auto", verify_form="auto", mode=None)
 
 
 def test_defaults_are_the_agreed_api():
@@ -42,6 +42,7 @@ GOOD = [
     ("strict", True, True), ("inductor", False, False), ("speculative", True, True),
     ("validate", False, False), ("kernels", "torch", "torch"), ("kernels", "triton", "triton"),
     ("mode", "reduce-overhead", "reduce-overhead"), ("mode", "max-autotune", "max-autotune"), ("mode", None, None),
+    ("verify_form", "tokens", "tokens"), ("verify_form", "chunked:dot=bf16x3,nw=1", "chunked:dot=bf16x3,nw=1"),
 ]
 
 
@@ -65,6 +66,8 @@ BAD = [
     ("speculative", None, "True or False"), ("validate", "False", "True or False"),
     ("kernels", "cuda", "'auto', 'torch', 'triton'"), ("kernels", None, "'auto'"),
     ("mode", "fast", "'reduce-overhead'"), ("mode", 1, "None or one of"),
+    ("verify_form", "chunky", "'auto', 'tokens' or 'chunked[:k=v,...]'"), ("verify_form", 3, "is a string"),
+    ("verify_form", "chunked:dot=bf16x4", "product forms"),
 ]
 
 

@@ -205,7 +205,7 @@ class ReplayRunner:
         config = site_config(family=family.name, window=o.window, layout=layout, k_heads=x.k.shape[2],
                              read_dtype=o.read_dtype, stochastic_rounding=o.stochastic_rounding and narrow,
                              kernels=o.kernels, speculative=o.speculative,
-                             checkpoint_dtype=o.checkpoint_dtype if narrow else None)
+                             checkpoint_dtype=o.checkpoint_dtype if narrow else None, verify_form=o.verify_form)
         return advance(state, x.q, x.k, x.v, x.log_a, x.beta, config)
 
 
@@ -429,7 +429,8 @@ def _kept_conv_window(layer, before: torch.Tensor, n_accepted) -> torch.Tensor:
 
 def enable_replay(model: torch.nn.Module, *, window: int = 16, speculative: bool = False,
                   read_dtype: Optional[str] = None, checkpoint_dtype: str = "float32",
-                  stochastic_rounding: bool = False, kernels: str = "auto", runner=None) -> ReplayIntegration:
+                  stochastic_rounding: bool = False, kernels: str = "auto", verify_form: str = "auto",
+                  runner=None) -> ReplayIntegration:
     """Route ``model``'s recurrent functions to the replay runtime until ``disable()`` / the end of a ``with``.
 
     Args:
@@ -440,12 +441,15 @@ def enable_replay(model: torch.nn.Module, *, window: int = 16, speculative: bool
         checkpoint_dtype, stochastic_rounding: a 16-bit checkpoint of the float32 cache states (the runtime
             keeps it; ``materialize`` writes the cache tensor), rounded stochastically on flushes or not.
         kernels: "auto" (Triton on CUDA, plain torch elsewhere), "torch" or "triton".
+        verify_form: the Triton path's verify template, "auto", "tokens" or "chunked[:k=v,...]"
+            (``templates/verify_forms.py``).
         runner: advanced; an object with ``advance(state, x, *, family, layout) -> o`` replacing the replay
             op (``replayssm bench accuracy --hf`` uses it to run precision variants side by side).
     """
     options = ReplayOptions.from_dict(dict(window=window, speculative=speculative, read_dtype=read_dtype,
                                            checkpoint_dtype=checkpoint_dtype,
-                                           stochastic_rounding=stochastic_rounding, kernels=kernels))
+                                           stochastic_rounding=stochastic_rounding, kernels=kernels,
+                                           verify_form=verify_form))
     return ReplayIntegration(model, options, runner)
 
 

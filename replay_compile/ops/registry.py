@@ -64,14 +64,16 @@ def state_key(t: torch.Tensor) -> tuple:
 
 def site_config(*, family: str, window: int, layout: str, k_heads: int, read_dtype: Optional[str],
                 stochastic_rounding: bool, kernels: str, speculative: bool, read_old: bool = False,
-                checkpoint_dtype: Optional[str] = None, route: str = "replay") -> str:
+                checkpoint_dtype: Optional[str] = None, route: str = "replay", verify_form: str = "auto") -> str:
     """``read_old``: the call's first query reads the state before its tokens (one more output row).
     ``checkpoint_dtype``: a 16-bit checkpoint of a float32 state (NOTE [checkpoint dtype] in
     ``runtime.state``); None: the state is its own checkpoint. ``route="standard"``: the standard recurrence
-    on the state itself, no replay state (NOTE [cost model] in ``passes.cost_model``)."""
+    on the state itself, no replay state (NOTE [cost model] in ``passes.cost_model``). ``verify_form``: the
+    Triton path's verify template (``templates/verify_forms.py``)."""
     return json.dumps(dict(family=family, window=window, layout=layout, k_heads=k_heads, read_dtype=read_dtype,
                            stochastic_rounding=stochastic_rounding, kernels=kernels, speculative=speculative,
-                           read_old=read_old, checkpoint_dtype=checkpoint_dtype, route=route), sort_keys=True)
+                           read_old=read_old, checkpoint_dtype=checkpoint_dtype, route=route,
+                           verify_form=verify_form), sort_keys=True)
 
 
 @functools.lru_cache(maxsize=None)
@@ -99,7 +101,8 @@ def _new_entry(state: torch.Tensor, config: str, wanted: str, old: Optional[_Ent
     rs = _build_runtime(state, lambda: ReplayState(
         state, cfg["family"], cfg["window"], layout=cfg["layout"], k_heads=cfg["k_heads"],
         read_dtype=cfg["read_dtype"], stochastic_rounding=cfg["stochastic_rounding"], kernels=cfg["kernels"],
-        checkpoint_dtype=None if ckpt is None else getattr(torch, ckpt), weak_state=True))
+        checkpoint_dtype=None if ckpt is None else getattr(torch, ckpt), weak_state=True,
+        verify_form=cfg.get("verify_form", "auto")))
     entry = _Entry(wanted, rs)
     key = state_key(state)
     _registry[key] = entry

@@ -197,7 +197,8 @@ def rewrite_site(gm: fx.GraphModule, site: Site, options) -> None:
     config = lambda read_old: site_config(  # noqa: E731
         family=site.family.name, window=options.window, layout=site.layout, k_heads=site.sizes["h"] // groups,
         read_dtype=options.read_dtype, stochastic_rounding=options.stochastic_rounding, kernels=options.kernels,
-        speculative=options.speculative, read_old=read_old, checkpoint_dtype=ckpt, route=site.route)
+        speculative=options.speculative, read_old=read_old, checkpoint_dtype=ckpt, route=site.route,
+        verify_form=options.verify_form)
     for first, last, anchor_pos, moved in chunks:
         anchor = order[anchor_pos + 1] if anchor_pos >= 0 else next(n for n in order if n.op != "placeholder")
         b = _Builder(g, anchor, site.placeholder)
