@@ -267,7 +267,8 @@ _READ_TOL = {"bf16x2": 1e-4, "bf16": 2e-2}
 
 
 @pytest.mark.parametrize("dot,activations", [("split", "bf16"), ("bf16x3", "bf16"), ("bf16x2", "bf16"),
-                                             ("bf16", "bf16"), ("bf16x3", "fp32"), ("bf16x2", "fp32"), ("bf16", "fp32")])
+                                             ("bf16", "bf16"), ("bf16x3", "fp32"), ("bf16x2", "fp32"),
+                                             ("bf16", "fp32")])
 @pytest.mark.parametrize("family", ["mamba2", "gated_deltanet", "kda"])
 def test_chunked_verify_split_products_on_bf16_activations(family, dot, activations):
     """``dot="split"``: with bf16 queries and keys the checkpoint's products take a high and a low TF32 part;

@@ -399,7 +399,8 @@ _UPD = {"tf32": "tf32x3", "bf16": "bf16x3", "bf16x2": "bf16x3"}
 # bf16x2 rounds only the outputs' reads (~1e-5 of them, far under the bf16 activations' own 4e-3; the checkpoint
 # and ring stay exact, NOTE [verify product precision]); GDN takes bf16x3, fastest at T = 8 and exact. Not listed:
 # fp32 activations (timed faster too: Mamba-2 990 vs 1545 us at T = 8, GDN 1085 vs 2643; list them once
-# test_chunked_verify_gpu_fp32_activations has passed on a GPU: ``benchmarks/gpu/verify_next.sh``), no decay and channel decay (not timed), T > 8 (16-token tiles at 1 warp: not timed).
+# test_chunked_verify_gpu_fp32_activations has passed on a GPU: ``benchmarks/gpu/verify_next.sh``), no decay and
+# channel decay (not timed), T > 8 (16-token tiles at 1 warp: not timed).
 # ``ReplayState(verify_form=...)`` overrides the table per state (``templates/verify_forms.py``).
 _ONE_WARP = dict(key_chunk=16, num_warps=1)
 _DEFAULT_TILING: dict = {  # (decay, delta rule, activations' dtype) -> tiling keywords
