@@ -2,12 +2,13 @@
 # What the default verify (templates/verify.py NOTE [default verify]) still needs from a GPU (~8 min on a fresh
 # H200): the GPU tests that would let fp32 activations into the table, GDN tilings around the default (T = 8 stood at
 # 1.36x one standard step on an H100; the issue asks <= 1.3x), KDA's first timing of the 1-warp forms, and issue 6's
-# speculative grid at batch 256 with the default.
-# Usage: [PARTS="tests gdn kda spec"] bash benchmarks/gpu/verify_next.sh [commit]   (writes under $OUT)
+# speculative grid at batch 256 with the default; then the fp8 copy of kv states on smaller programs (1 warp,
+# 16-value tiles: no spills in the sm_90 compile, where 2 warps of 32 values spill 140-208 bytes).
+# Usage: [PARTS="tests gdn kda spec copies"] bash benchmarks/gpu/verify_next.sh [commit]   (writes under $OUT)
 set -u
 source "$(dirname "$0")/part.sh"
 gpu_setup verify_next_log.txt "${1:-}"
-PARTS=${PARTS:-"tests gdn kda spec"}
+PARTS=${PARTS:-"tests gdn kda spec copies"}
 has() { [[ " $PARTS " == *" $1 "* ]]; }
 has tests && TAIL=20 part tests 200 python3 -m pytest -m gpu tests/test_kernels.py -q -p no:cacheprovider --tb=line \
   -k chunked_verify_gpu_fp32_activations
@@ -20,4 +21,6 @@ has kda && TAIL=12 part kda 120 python3 benchmarks/tune_replay.py --shapes kimi-
   --out "$OUT/verify_kda.json"
 has spec && TAIL=40 part spec 150 python3 -m replay_compile.cli bench spec --T 1,2,4,8 --batch 256 \
   --acceptance 0.5,0.8,1.0,text --window 8 --steps 8 --out "$OUT/spec_grid_256.json"
+has copies && TAIL=12 part copies 120 python3 benchmarks/tune_replay.py --shapes qwen3.5-122b-gdn,kimi-linear-kda \
+  --batch 256 --read fp8 --window 8 --warps 0,1 --block-v 0,16 --out "$OUT/copies_fp8.json"
 echo total $SECONDS
