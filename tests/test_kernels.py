@@ -21,7 +21,7 @@ from replay_compile.families.base import Canonical
 from replay_compile.runtime import quant, rounding, triton_impl
 from replay_compile.runtime.state import ReplayState
 from replay_compile.templates import verify, verify_forms
-from replay_compile.templates.readcopy import _e2m1_magnitude_code
+from replay_compile.templates.readcopy import _e2m1_magnitude_code, _e2m1_value_over_2p14
 from replay_compile.templates.sround import SR_FORMATS, slot_seed, stochastic_round
 from replay_compile.testing import StandardPool, poisoned_like, random_canonical, rel_rms
 
@@ -40,6 +40,12 @@ def _round_kernel(x, y, seed, slot, flush, N: tl.constexpr, MANT: tl.constexpr, 
 def _e2m1_code_kernel(y, code, N: tl.constexpr):
     i = tl.arange(0, N)
     tl.store(code + i, _e2m1_magnitude_code(tl.load(y + i)))
+
+
+@triton.jit
+def _e2m1_value_kernel(code, val, N: tl.constexpr):
+    i = tl.arange(0, N)
+    tl.store(val + i, _e2m1_value_over_2p14(tl.load(code + i)))
 
 
 FAMILIES = ["mamba2", "simple_gla", "gla", "deltanet", "gated_deltanet", "kda"]
@@ -440,6 +446,18 @@ def test_e2m1_codes_from_bits_count_the_midpoints():
     _e2m1_code_kernel[(1,)](y, code, N=y.numel())
     want = sum((y > m).int() for m in quant.FP4_MIDPOINTS)
     assert torch.equal(code, want), y[code != want]
+
+
+def test_e2m1_values_from_fp16_bits_equal_quant_py():
+    """Every 4-bit code read as fp16 bits (NOTE [e2m1 as fp16 bits]) is 2^-14 times quant.py's e2m1 value, signed
+    zero included."""
+    code = torch.arange(16, dtype=torch.int32)
+    mag = torch.tensor(quant.FP4_VALUES)[code & 7]
+    want = torch.where(code >= 8, -mag, mag)
+    val = torch.empty(16, device=DEVICE)
+    _e2m1_value_kernel[(1,)](code.to(DEVICE), val, N=16)
+    got = val.cpu() * 16384.0
+    assert torch.equal(got, want) and torch.equal(got.signbit(), want.signbit()), got
 
 
 def test_nonfinite_inputs_flag_only_their_slot():

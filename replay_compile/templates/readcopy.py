@@ -57,10 +57,17 @@ def _e2m1_magnitude_code(y):
 
 
 @triton.jit
-def _fp4_magnitude(code):
-    """e2m1 magnitudes {0, .5, 1, 1.5, 2, 3, 4, 6} of 3-bit codes."""
-    c = code.to(tl.float32)
-    return tl.where(code < 4, 0.5 * c, tl.where(code == 7, 6.0, c - 2.0))
+def _e2m1_value_over_2p14(code):
+    """e2m1 values of 4-bit codes (sign | 2-bit exponent | 1-bit mantissa), times ``2^-14``.
+
+    NOTE [e2m1 as fp16 bits]: the code's sign moved to bit 15 and its three other bits to bits 11..9 of a half
+    make an fp16 number with exponent field ``e`` and top mantissa bit ``m``: ``2^(e-15) (1 + m/2)`` for
+    ``e > 0`` and the subnormal ``m 2^-15`` for ``e = 0``, each exactly ``2^-14`` times the e2m1 value
+    (``2^(e-1) (1 + m/2)``, subnormal ``m / 2``). One conversion to fp32 replaces a lookup of compares and
+    selects; callers fold ``2^14`` into the scale (exact: a power of two).
+    """
+    bits = ((code & 8) << 12) | ((code & 7) << 9)
+    return bits.to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
 
 
 @triton.jit
@@ -79,14 +86,13 @@ def load_read_tile(data, row_scale, block_scale, head_off, offs_k, offs_v, mask_
         byte = tl.load(data + head_off * V * (KP // 2) + offs_v[:, None] * (KP // 2) + half[None, :],
                        mask=vmask[:, None] & (half < KP // 2)[None, :], other=0).to(tl.int32)
         code = tl.reshape(tl.join(byte & 0xF, byte >> 4), (BV, BK))
-        mag = _fp4_magnitude(code & 7)
-        val = tl.where((code & 8) != 0, -mag, mag)
+        val = _e2m1_value_over_2p14(code)
         nb: tl.constexpr = KP // 16
         blk = tl.arange(0, BK // 16)
         b = tl.load(block_scale + head_off * V * nb + offs_v[:, None] * nb + blk[None, :],
                     mask=vmask[:, None] & (blk < nb)[None, :]).to(tl.float32)
         s = tl.load(row_scale + head_off * V + offs_v, mask=vmask, other=1.0)
-        bs = b * s[:, None]
+        bs = b * (s * 16384.0)[:, None]  # NOTE [e2m1 as fp16 bits]
         x = tl.trans(tl.reshape(tl.reshape(val, (BV, BK // 16, 16)) * bs[:, :, None], (BV, BK)))
     else:
         x = tl.load(data + head_off * V * K + offs_k[:, None] + offs_v[None, :] * K, mask=mask_kv).to(tl.float32)
