@@ -516,14 +516,18 @@ _VERIFY_TILINGS = {  # every tiling the tuning sweeps (templates.verify.tiling),
                          dict(dot="bf16x3", token_tile=8, key_chunk=16, num_warps=2), dict(dot="bf16x3", num_warps=1),
                          dict(dot="bf16x3", token_tile=8, key_chunk=16, num_warps=1),
                          dict(dot="bf16x2", token_tile=8, key_chunk=16, num_warps=1),
-                         dict(dot="bf16", token_tile=8, num_warps=1)],
+                         dict(dot="bf16", token_tile=8, num_warps=1),
+                         *(dict(dot=dot, token_tile=8, key_chunk=32, num_warps=1) for dot in ("bf16x3", "bf16x2")),
+                         *(dict(dot="bf16x3", token_tile=8, key_chunk=16, num_warps=1, **kw)
+                           for kw in (dict(block_v=32), dict(block_v=128), dict(max_registers=128)))],
     "nemotron3-super-mamba2": [{}, dict(dot="ieee"), dict(key_chunk=16, max_registers=128), dict(dot="split"),
                                dict(dot="bf16x3"), dict(dot="bf16x3", token_tile=8, key_chunk=16),
                                dict(dot="bf16x3", token_tile=8, key_chunk=16, num_warps=1),
                                dict(dot="bf16x2", token_tile=8, key_chunk=16, num_warps=1)],
     "nemotron3-nano-mamba2": [{}, dict(dot="bf16x3", token_tile=8)],
     "qwen3.5-4b-gdn": [{}],
-    "kimi-linear-kda": [{}, dict(key_chunk=16), dict(dot="bf16x3", token_tile=8, key_chunk=16)],
+    "kimi-linear-kda": [{}, dict(key_chunk=16), dict(dot="bf16x3", token_tile=8, key_chunk=16),
+                        *(dict(dot=dot, token_tile=8, key_chunk=16, num_warps=1) for dot in ("bf16x3", "bf16x2"))],
 }
 
 
