@@ -21,7 +21,7 @@ from replay_compile.families.base import Canonical
 from replay_compile.runtime import quant, rounding, triton_impl
 from replay_compile.runtime.state import ReplayState
 from replay_compile.templates import verify, verify_forms
-from replay_compile.templates.readcopy import _e2m1_magnitude_code, _e2m1_value_over_2p14
+from replay_compile.templates.readcopy import _e2m1_magnitude_code, _e2m1_value_over_2p14, _e4m3_reciprocal
 from replay_compile.templates.sround import SR_FORMATS, slot_seed, stochastic_round
 from replay_compile.testing import StandardPool, poisoned_like, random_canonical, rel_rms
 
@@ -46,6 +46,12 @@ def _e2m1_code_kernel(y, code, N: tl.constexpr):
 def _e2m1_value_kernel(code, val, N: tl.constexpr):
     i = tl.arange(0, N)
     tl.store(val + i, _e2m1_value_over_2p14(tl.load(code + i)))
+
+
+@triton.jit
+def _e4m3_reciprocal_kernel(b8, inv, N: tl.constexpr):
+    i = tl.arange(0, N)
+    tl.store(inv + i, _e4m3_reciprocal(tl.load(b8 + i)))
 
 
 FAMILIES = ["mamba2", "simple_gla", "gla", "deltanet", "gated_deltanet", "kda"]
@@ -458,6 +464,19 @@ def test_e2m1_values_from_fp16_bits_equal_quant_py():
     _e2m1_value_kernel[(1,)](code.to(DEVICE), val, N=16)
     got = val.cpu() * 16384.0
     assert torch.equal(got, want) and torch.equal(got.signbit(), want.signbit()), got
+
+
+def test_e4m3_reciprocals_from_a_table_equal_torch():
+    """The 4-bit copy's division-free reciprocal of every e4m3 bit pattern (subnormals, zero, NaN) equals
+    ``torch.reciprocal`` of its fp32 value where that is positive, and 0 elsewhere, bit for bit."""
+    b8 = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(torch.float8_e4m3fn)
+    bf = b8.float()
+    want = torch.where(bf > 0, torch.reciprocal(bf), torch.zeros_like(bf))
+    inv = torch.empty(256, device=DEVICE)
+    _e4m3_reciprocal_kernel[(1,)](b8.to(DEVICE), inv, N=256)
+    checked = bf.isnan().logical_not() if DEVICE == "cpu" else torch.ones(256, dtype=torch.bool)  # the interpreter
+    got = inv.cpu()  # converts the e4m3 NaN code to 480, the GPU to NaN
+    assert torch.equal(got.view(torch.int32)[checked], want.view(torch.int32)[checked]), (bf, got, want)
 
 
 def test_nonfinite_inputs_flag_only_their_slot():

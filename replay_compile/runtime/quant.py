@@ -14,11 +14,12 @@ the last dim (``C``); ``R`` is the second-to-last dim. ``ReplayState`` stores it
 
 fp4 (e2m1, "NVFP4"-style) codes are sign | 3-bit magnitude over {0, .5, 1, 1.5, 2, 3, 4, 6}; a value
 rounds to the nearest magnitude, ties toward zero (``code = #midpoints below |x|``); the low nibble
-holds the even column. Block scale ``b = e4m3(amax_block / (6 * s_row))`` with
+holds the even column. Block scale ``b = e4m3(amax_block / s_row / 6)`` with
 ``s_row = amax_row / (6 * 448)``, so every block scale fits e4m3's range whatever the state's size.
 
-Values are scaled by multiplying with the fp32 reciprocal of their scale (one IEEE division per scale), as the
-kernels do, where a division per value slowed the flushing rows (NOTE [read-copy reciprocals] in
+Values are scaled by multiplying with fp32 reciprocals, as the kernels do, where a division per value slowed the
+flushing rows: one IEEE division per row scale; a 4-bit value is ``|x| * (1/b * 1/s_row)``, with ``1/b`` (exact
+IEEE reciprocal of the e4m3 block scale) from a table in the kernels (NOTE [read-copy reciprocals] in
 ``templates/readcopy.py``).
 """
 from __future__ import annotations
@@ -101,9 +102,11 @@ def _fp4_quantize(x: torch.Tensor) -> dict[str, torch.Tensor]:
     nb = -(-C // FP4_BLOCK)
     xp = torch.nn.functional.pad(x, (0, nb * FP4_BLOCK - C)).view(*lead, nb, FP4_BLOCK)
     s_row = _row_scale(x, FP4_MAX * FP8_MAX)
-    b = (xp.abs().amax(-1) / (FP4_MAX * s_row[..., None])).to(torch.float8_e4m3fn)
-    scale = b.float() * s_row[..., None]
-    y = xp.abs() * torch.reciprocal(torch.where(scale > 0, scale, torch.ones_like(scale)))[..., None]
+    # one division a row; the e4m3 block scales' reciprocals come from a table in the kernels (readcopy.py)
+    inv_s = torch.reciprocal(s_row)[..., None]
+    b = (xp.abs().amax(-1) * inv_s * (1.0 / FP4_MAX)).to(torch.float8_e4m3fn)
+    bf = b.float()
+    y = xp.abs() * (torch.where(bf > 0, torch.reciprocal(bf), torch.zeros_like(bf)) * inv_s)[..., None]
     code = torch.zeros_like(y, dtype=torch.uint8)
     for m in FP4_MIDPOINTS:
         code += (y > m).to(torch.uint8)

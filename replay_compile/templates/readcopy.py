@@ -10,15 +10,18 @@ low nibble = even key) + e4m3 block scale per 16 + fp32 row scale. Divisions use
 scales and codes match torch's IEEE division bit for bit (row scales multiply by ``1 / qmax`` in fp32,
 as ``quant._row_scale`` does).
 
-NOTE [read-copy reciprocals]: a flushing program re-quantizes its tile (4K values) with one IEEE division per
-scale (``tl.div_rn(1, s)``, as ``torch.reciprocal``) and a multiply per value, not a division per value: on
-sm_90 each ``div.rn.f32`` is a reciprocal, Newton steps and a call to a slow path (132 calls in the Mamba-2
-step on a 4-bit copy, 64 with fp8). e2m1 codes come from the bits of ``y >= 1`` (rounding to one mantissa bit)
-instead of seven comparisons. H200, batch 256, L = 16, step us (2026-12-04, tune_replay.py): fp8 copy Mamba-2
-295.2 -> 279.0, GDN 608.5 -> 582.4, KDA 348.9 -> 332.7; 4-bit GDN 795.8 -> 686.9, KDA 465.0 -> 415.4, Mamba-2
-769.3 -> 791.7: there the per-block quotients (``[BV, BK / 16]``) inherit the ``vk`` tile's layout (4 keys a
-lane, 32 lanes along keys), which replicates each over 16 lanes, so a thread still divides 64 times (sm_90 TTGIR;
-reshaping them flat did not change it), and the step spills 1536 bytes instead of 1076.
+NOTE [read-copy reciprocals]: a flushing program re-quantizes its tile (4K values) with IEEE divisions by row
+only (``tl.div_rn(1, s)``, as ``torch.reciprocal``) and multiplies per value: on sm_90 each ``div.rn.f32`` is a
+reciprocal, Newton steps and a call to a slow path, and the call's register traffic spills. An fp8 copy divides
+once per row scale. A 4-bit copy too: its e4m3 block scales come from ``amax_block * (1 / s) * (1 / 6)`` and their
+reciprocals from a table (``_e4m3_reciprocal``: exact, so ``quant.py`` matches bit for bit with
+``torch.reciprocal``), because a division per block ran in a layout that replicates the ``[BV, BK / 16]`` blocks
+over 16 lanes (a thread divided 64 times). sm_90 compile of the Mamba-2 step on a 4-bit copy (L = 16): division
+call sites 132 -> 16, spills 1536 -> 820 bytes, SASS 9160 -> 7368 instructions (2026-12-06). e2m1 codes come from
+the bits of ``y >= 1`` (rounding to one mantissa bit) instead of seven comparisons. H200, batch 256, L = 16, step us
+(2026-12-04, tune_replay.py, when block scales still divided per block): fp8 copy Mamba-2 295.2 -> 279.0, GDN
+608.5 -> 582.4, KDA 348.9 -> 332.7; 4-bit GDN 795.8 -> 686.9, KDA 465.0 -> 415.4, Mamba-2 769.3 -> 791.7 (its
+per-block divisions spilled).
 """
 from __future__ import annotations
 
@@ -41,6 +44,20 @@ def _row_scale(amax, qmax):
 def _reciprocal(s):
     """``1 / s`` rounded as IEEE division (``torch.reciprocal``)."""
     return tl.div_rn(tl.full(s.shape, 1.0, tl.float32), s)
+
+
+@triton.jit
+def _e4m3_reciprocal(b8):
+    """``1 / b`` of e4m3 values ``b >= 0`` as IEEE fp32 division rounds it (``torch.reciprocal``), 0 where ``b`` is 0
+    or NaN, without a division: ``b`` is exactly ``2^E (1 + j / 8)`` in fp32 (subnormal codes too), and
+    ``1 / b = 2^-E * RN(8 / (8 + j))`` rounds as the table entry does (a power of two scales exactly)."""
+    b = b8.to(tl.float32)
+    bits = b.to(tl.int32, bitcast=True)
+    j = (bits >> 20) & 7
+    pow2 = ((254 - (bits >> 23)) << 23).to(tl.float32, bitcast=True)  # 2^-E
+    lo = tl.where((j & 2) != 0, tl.where((j & 1) != 0, 8 / 11, 8 / 10), tl.where((j & 1) != 0, 8 / 9, 1.0))
+    hi = tl.where((j & 2) != 0, tl.where((j & 1) != 0, 8 / 15, 8 / 14), tl.where((j & 1) != 0, 8 / 13, 8 / 12))
+    return tl.where(b > 0, pow2 * tl.where((j & 4) != 0, hi, lo), 0.0)
 
 
 @triton.jit
@@ -121,11 +138,9 @@ def store_read_tile(stored, data, row_scale, block_scale, head_off, offs_k, offs
         s = _row_scale(tl.max(tl.abs(phys), 1), FP4_MAX * FP8_MAX)
         blocks = tl.reshape(phys, (BV, BK // 16, 16))
         bamax = tl.max(tl.abs(blocks), 2)
-        den = tl.broadcast_to((s * 6.0)[:, None], (BV, BK // 16))  # FP4_MAX * s_row, as quant.py
-        b8 = tl.div_rn(bamax, den).to(tl.float8e4nv)
-        scale = b8.to(tl.float32) * s[:, None]
-        scale = tl.where(scale > 0, scale, 1.0)
-        y = tl.abs(blocks) * _reciprocal(scale)[:, :, None]  # NOTE [read-copy reciprocals]
+        inv_s = _reciprocal(s)[:, None]  # NOTE [read-copy reciprocals]: one division a row, as quant._fp4_quantize
+        b8 = (bamax * inv_s * (1.0 / FP4_MAX)).to(tl.float8e4nv)
+        y = tl.abs(blocks) * (_e4m3_reciprocal(b8) * inv_s)[:, :, None]
         code = _e2m1_magnitude_code(y) | ((blocks < 0).to(tl.int32) << 3)
         lo, hi = tl.split(tl.reshape(code, (BV, BK // 2, 2)))
         byte = (lo | (hi << 4)).to(tl.uint8)
