@@ -4,7 +4,7 @@
 # 1.36x one standard step on an H100; the issue asks <= 1.3x), KDA's first timing of the 1-warp forms, and issue 6's
 # speculative grid at batch 256 with the default; then the fp8 copy of kv states on smaller programs (1 warp,
 # 16-value tiles: no spills in the sm_90 compile, where 2 warps of 32 values spill 140-208 bytes).
-# The tests part also runs the read-copy GPU tests, the e2m1 unit tests (NOTE [e2m1 as fp16 bits]) and the chunked
+# The tests part also runs the read-copy GPU tests, the e2m1 and e4m3 unit tests (NOTE [e2m1 as fp16 bits], NOTE [read-copy reciprocals]) and the chunked
 # verify's GPU tests of GDN and KDA (the tilings timed below among them).
 # Usage: [PARTS="tests gdn kda spec copies"] bash benchmarks/gpu/verify_next.sh [commit]   (writes under $OUT)
 set -u
@@ -13,7 +13,7 @@ gpu_setup verify_next_log.txt "${1:-}"
 PARTS=${PARTS:-"tests gdn kda spec copies"}
 has() { [[ " $PARTS " == *" $1 "* ]]; }
 has tests && TAIL=20 part tests 200 python3 -m pytest -m "gpu or not slow" tests/test_kernels.py -q -p no:cacheprovider \
-  --tb=line -k "chunked_verify_gpu_fp32_activations or read_copies_and_rounding_gpu or e2m1 or (chunked_verify_gpu and (gdn or kda))"
+  --tb=line -k "chunked_verify_gpu_fp32_activations or read_copies_and_rounding_gpu or e2m1 or e4m3 or (chunked_verify_gpu and (gdn or kda))"
 ONE="nw=1,bt=8"
 GDN_FORMS=${GDN_FORMS:-"tokens;chunked:dot=bf16x3,$ONE,kc=16;chunked:dot=bf16x3,$ONE,kc=32;chunked:dot=bf16x2,$ONE,kc=32;chunked:dot=bf16x3,$ONE,kc=16,bv=32;chunked:dot=bf16x3,$ONE,kc=16,bv=128;chunked:dot=bf16x3,$ONE,kc=16,mr=128"}
 has gdn && TAIL=20 part gdn 150 python3 benchmarks/tune_replay.py --shapes qwen3.5-122b-gdn --batch 256 --no-steps \
