@@ -6,11 +6,12 @@
 # 16-value tiles: no spills in the sm_90 compile, where 2 warps of 32 values spill 140-208 bytes).
 # The tests part also runs the read-copy GPU tests, the e2m1 and e4m3 unit tests (NOTE [e2m1 as fp16 bits], NOTE [read-copy reciprocals]) and the chunked
 # verify's GPU tests of GDN and KDA (the tilings timed below among them).
-# Usage: [PARTS="tests gdn kda spec copies"] bash benchmarks/gpu/verify_next.sh [commit]   (writes under $OUT)
+# fp4: the 4-bit copy step beside benchmarks/experiments/2026-12-06_fp4_lookup.patch (its former form), same run.
+# Usage: [PARTS="tests gdn kda fp4 spec copies"] bash benchmarks/gpu/verify_next.sh [commit]   (writes under $OUT)
 set -u
 source "$(dirname "$0")/part.sh"
 gpu_setup verify_next_log.txt "${1:-}"
-PARTS=${PARTS:-"tests gdn kda spec copies"}
+PARTS=${PARTS:-"tests gdn kda fp4 spec copies"}
 has() { [[ " $PARTS " == *" $1 "* ]]; }
 has tests && TAIL=20 part tests 200 python3 -m pytest -m "gpu or not slow" tests/test_kernels.py -q -p no:cacheprovider \
   --tb=line -k "chunked_verify_gpu_fp32_activations or read_copies_and_rounding_gpu or e2m1 or e4m3 or (chunked_verify_gpu and (gdn or kda))"
@@ -21,6 +22,11 @@ has gdn && TAIL=20 part gdn 150 python3 benchmarks/tune_replay.py --shapes qwen3
 has kda && TAIL=12 part kda 120 python3 benchmarks/tune_replay.py --shapes kimi-linear-kda --batch 256 --no-steps \
   --verify 8,4 --verify-window 16 --verify-form "tokens;chunked:dot=bf16x3,$ONE,kc=16;chunked:dot=bf16x2,$ONE,kc=16" \
   --out "$OUT/verify_kda.json"
+if has fp4 && patched_copy /tmp/fp4_lookup benchmarks/experiments/2026-12-06_fp4_lookup.patch replay_compile; then
+  TAIL=12 part fp4_main 100 python3 benchmarks/tune_replay.py --read fp4 --window 16 --batch 256 --out "$OUT/fp4_main.json"
+  TAIL=12 part fp4_lookup 100 env PYTHONPATH=/tmp/fp4_lookup python3 -P benchmarks/tune_replay.py --read fp4 --window 16 \
+    --batch 256 --out "$OUT/fp4_lookup.json"
+fi
 has spec && TAIL=40 part spec 150 python3 -m replay_compile.cli bench spec --T 1,2,4,8 --batch 256 \
   --acceptance 0.5,0.8,1.0,text --window 8 --steps 8 --out "$OUT/spec_grid_256.json"
 has copies && TAIL=12 part copies 120 python3 benchmarks/tune_replay.py --shapes qwen3.5-122b-gdn,kimi-linear-kda \
