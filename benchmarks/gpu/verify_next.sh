@@ -24,7 +24,7 @@ has kda && TAIL=12 part kda 120 python3 benchmarks/tune_replay.py --shapes kimi-
   --out "$OUT/verify_kda.json"
 if has fp4 && patched_copy /tmp/fp4_lookup benchmarks/experiments/2026-12-06_fp4_lookup.patch replay_compile; then
   TAIL=12 part fp4_main 100 python3 benchmarks/tune_replay.py --read fp4 --window 16 --batch 256 --out "$OUT/fp4_main.json"
-  TAIL=12 part fp4_lookup 100 env PYTHONPATH=/tmp/fp4_lookup python3 -P benchmarks/tune_replay.py --read fp4 --window 16 \
+  TAIL=12 part fp4_lookup 100 env PYTHONPATH=/tmp/fp4_lookup python3 benchmarks/tune_replay.py --read fp4 --window 16 \
     --batch 256 --out "$OUT/fp4_lookup.json"
 fi
 has spec && TAIL=40 part spec 150 python3 -m replay_compile.cli bench spec --T 1,2,4,8 --batch 256 \
