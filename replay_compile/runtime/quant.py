@@ -45,14 +45,21 @@ class ReadFormat:
     def bits(self) -> float:
         return {"bf16": 16, "fp16": 16, "fp8": 8, "fp4": 4}[self.name]
 
-    def alloc(self, shape, device) -> dict[str, torch.Tensor]:
-        """Zeroed storage for read copies of states of ``shape = [..., R, C]``."""
+    def alloc(self, shape, device, *, column_major: bool = False) -> dict[str, torch.Tensor]:
+        """Zeroed storage for read copies of states of ``shape = [..., R, C]``.
+
+        ``column_major``: 16-bit and fp8 data live in a ``[..., C, R]`` buffer, handed out as its transposed view
+        (shape ``[..., R, C]``: every torch operation is unchanged, only kernels see the strides). 4-bit codes pack
+        two columns a byte and stay row-major.
+        """
         *lead, C = shape
-        if self.name in ("bf16", "fp16"):
-            return {"data": torch.zeros(shape, dtype=_torch_dtype(self.name), device=device)}
-        if self.name == "fp8":
-            return {"data": torch.zeros(shape, dtype=torch.float8_e4m3fn, device=device),
-                    "row_scale": torch.ones(lead, dtype=torch.float32, device=device)}
+        if self.name != "fp4":
+            dtype = _torch_dtype(self.name)
+            data = (torch.zeros(*shape[:-2], C, shape[-2], dtype=dtype, device=device).transpose(-1, -2) if column_major
+                    else torch.zeros(shape, dtype=dtype, device=device))
+            if self.name != "fp8":
+                return {"data": data}
+            return {"data": data, "row_scale": torch.ones(lead, dtype=torch.float32, device=device)}
         nb = -(-C // FP4_BLOCK)
         return {"data": torch.zeros(*lead, nb * FP4_BLOCK // 2, dtype=torch.uint8, device=device),
                 "block_scale": torch.zeros(*lead, nb, dtype=torch.float8_e4m3fn, device=device),
@@ -86,7 +93,7 @@ def read_format(name: Optional[str]) -> Optional[ReadFormat]:
 
 
 def _torch_dtype(name):
-    return {"bf16": torch.bfloat16, "fp16": torch.float16}[name]
+    return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.float8_e4m3fn}[name]
 
 
 def _row_scale(x: torch.Tensor, qmax: float) -> torch.Tensor:

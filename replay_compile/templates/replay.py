@@ -253,7 +253,7 @@ def _store_checkpoint(new, state, s_tile, mask_kv, read_data, read_row_scale, re
     tl.store(s_tile, stored.to(state.dtype.element_ty), mask=mask_kv)
     if READ > 0:
         store_read_tile(stored.to(tl.float32), read_data, read_row_scale, read_block_scale, head, offs_k, offs_v,
-                        mask_kv, K, V, BK, BV, READ)
+                        mask_kv, K, V, BK, BV, READ, LAYOUT_KV)
 
 
 @triton.jit
@@ -528,7 +528,7 @@ def replay_kernel(
                         base = tl.load(s_tile, mask=mask_kv, other=0.0).to(CD)
                     elif READ > 0:
                         base = load_read_tile(read_data, read_row_scale, read_block_scale, head, offs_k, offs_v,
-                                              mask_kv, K, V, BK, BV, READ, CD)
+                                              mask_kv, K, V, BK, BV, READ, LAYOUT_KV, CD)
                         if loop == 1:
                             if flush:
                                 base = tl.load(s_tile, mask=mask_kv, other=0.0).to(CD)
