@@ -37,7 +37,7 @@ from replay_compile.bench.kernels import draw_inputs, draw_state, real_shape  # 
 from replay_compile.families import get_family  # noqa: E402
 from replay_compile.runtime import ReplayState, triton_impl  # noqa: E402
 from replay_compile.templates import replay, verify  # noqa: E402
-from ttgir_checks import racy_prefetch_reads  # noqa: E402
+from ttgir_checks import racy_prefetch_reads, tile_conversions  # noqa: E402
 from tune_replay import verify_form  # noqa: E402
 
 _TYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16", torch.int32: "i32",
@@ -98,6 +98,7 @@ def report(fn, args, kwargs, dump: str = "") -> str:
     spills = re.search(r"(\d+) bytes spill stores", log)
     return (f"{num_warps} warps, {regs.group(1) if regs else '?'} registers, {spills.group(1) if spills else '?'} "
             f"bytes spilled, {kernel.metadata.shared} bytes shared memory; SASS {_sass_counts(sass)}; "
+            f"{tile_conversions(kernel.asm['ttgir'])} tile conversions; "
             f"{racy_prefetch_reads(kernel.asm['ttgir'])} racy prefetch reads")
 
 

@@ -3,6 +3,7 @@
 ``TRITON_INTERPRET``, which a test process must keep)."""
 from __future__ import annotations
 
+import math
 import re
 
 _SLOT_VIEW = re.compile(r"(%[\w.]+) = ttg.memdesc_index %[\w.]+\[[^\]]*\] : !ttg.memdesc<(\d+)x")
@@ -25,3 +26,13 @@ def racy_prefetch_reads(ttgir: str) -> int:
         if depth <= 0 and "}" in line:
             depth = None
     return racy
+
+
+_CONVERT = re.compile(r"ttg.convert_layout %[\w.#]+ : tensor<((?:\d+x)+)")
+
+
+def tile_conversions(ttgir: str, min_elements: int = 4096) -> int:
+    """Layout conversions of tensors of at least ``min_elements`` (a state tile through shared memory, with its
+    barriers): runtime/state.py NOTE [read copy orientation] is the case where one made a step reduce its tile twice."""
+    sizes = (m.group(1).rstrip("x").split("x") for m in _CONVERT.finditer(ttgir))
+    return sum(1 for dims in sizes if math.prod(int(d) for d in dims) >= min_elements)

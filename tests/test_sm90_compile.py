@@ -1,6 +1,7 @@
-"""The chunked verify compiled for sm_90 on a machine without a GPU (``benchmarks/sm90_report.py``): the tilings
-the tests and the default verify use read no prefetch buffer in place (templates/verify.py NOTE
-[prefetched operands read in place]). Under the interpreter this race cannot show; the compiler's TTGIR shows it."""
+"""Kernels compiled for sm_90 on a machine without a GPU (``benchmarks/sm90_report.py``), checked in their TTGIR,
+which the interpreter never builds: the chunked verify's tilings (those the tests and the default verify use) read
+no prefetch buffer in place (templates/verify.py NOTE [prefetched operands read in place]), and a step on a read
+copy of a ``kv`` state moves no tile between layouts (runtime/state.py NOTE [read copy orientation])."""
 import os
 import subprocess
 import sys
@@ -10,7 +11,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
-from ttgir_checks import racy_prefetch_reads  # noqa: E402
+from ttgir_checks import racy_prefetch_reads, tile_conversions  # noqa: E402
 
 # the loop of a tiling that failed on an H100 (bf16x3, 4 warps, 2 stages), cut down: the next chunk's copy is issued
 # into the one-slot buffer, then a warpgroup MMA reads that buffer's view
@@ -45,10 +46,26 @@ def test_racy_prefetch_reads_counts_in_place_reads_after_the_next_copy():
     ("nemotron3-super-mamba2", "auto"),
 ])
 def test_verify_tilings_read_no_prefetch_buffer_in_place(shape, form):
+    lines = [ln for ln in _report(f"{shape},none,8,13", "--batch", "5", "--verify-form", form) if "verify_kernel" in ln]
+    assert len(lines) == 1 and lines[0].endswith("; 0 racy prefetch reads"), lines
+
+
+def _report(case: str, *args: str) -> list:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    run = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "sm90_report.py"), f"{shape},none,8,13",
-                          "--batch", "5", "--verify-form", form], capture_output=True, text=True, env=env, cwd=ROOT,
-                         timeout=600)
-    lines = [ln for ln in run.stdout.splitlines() if "verify_kernel" in ln]
-    assert run.returncode == 0 and len(lines) == 1, run.stdout + run.stderr[-2000:]
-    assert lines[0].endswith("; 0 racy prefetch reads"), lines[0]
+    run = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "sm90_report.py"), case, *args],
+                         capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr[-2000:]
+    return run.stdout.splitlines()
+
+
+def test_tile_conversions_counts_large_converts_only():
+    line = "%a = ttg.convert_layout %b : tensor<{}xf32, #blocked> -> tensor<{}xf32, #blocked1> loc(#l)"
+    assert tile_conversions("\n".join(line.format(s, s) for s in ("128x32", "16x128", "128", "64x2x32"))) == 2
+
+
+def test_kv_step_on_an_fp8_copy_converts_no_tile():
+    """GDN's one-token step (no commit: its tile is only read, folded and re-quantized) on an fp8 copy: the copy's
+    tile loads in the layout the step computes in (before the copy followed the state's layout: 2 conversions)."""
+    lines = [ln for ln in _report("qwen3.5-122b-gdn,fp8,1,8", "--batch", "16") if "(no commit" in ln]  # the tiling of
+    # batch 256 (at 5, programs split their units and the step runs one row loop)
+    assert len(lines) == 1 and "; 0 tile conversions;" in lines[0], lines
