@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # What this session's changes and the default verify (templates/verify.py NOTE [default verify]) still need from a
-# GPU, in parts (~4 min each on a fresh GPU; run them in two calls):
+# GPU, in parts (in this order: a call cut at its limit keeps the parts it finished; ~10 min in all):
 #   tests   GPU tests of the read copies (key-major 16-bit / fp8 copies of kv states, NOTE [read copy orientation];
 #           4-bit decode and reciprocals, NOTE [e2m1 as fp16 bits], NOTE [read-copy reciprocals]), the fp32-activation
 #           verify tests that would let fp32 activations into the default table, and the chunked verify's GDN / KDA
 #           tilings timed below
-#   copies  bf16 / fp8 copies of GDN and KDA beside benchmarks/experiments/2026-12-06_value_major_copies.patch (their
+#   copies  fp8 copies (COPIES=bf16,fp8: both) of GDN and KDA beside benchmarks/experiments/2026-12-06_value_major_copies.patch (their
 #           former value-major storage), same run
 #   fp4     the 4-bit copy step beside benchmarks/experiments/2026-12-06_fp4_lookup.patch (its former form), same run
 #   gdn     GDN verify tilings around the default (T = 8 stood at 1.36x one standard step on an H100; asked <= 1.3x)
@@ -29,10 +29,10 @@ has tests && TAIL=20 part tests 200 python3 -m pytest -m "gpu or not slow" tests
   --tb=line -k "read_copies_and_rounding_gpu or two_row_loops_short_last_program_gpu or e2m1 or e4m3 or \
 chunked_verify_gpu_fp32_activations or (chunked_verify_gpu and (gdn or kda))"
 has copies && beside value_major benchmarks/experiments/2026-12-06_value_major_copies.patch 90 \
-  --shapes qwen3.5-122b-gdn,kimi-linear-kda --batch 256 --read bf16,fp8 --window 8
+  --shapes qwen3.5-122b-gdn,kimi-linear-kda --batch 256 --read "${COPIES:-fp8}" --window 8
 has fp4 && beside fp4_lookup benchmarks/experiments/2026-12-06_fp4_lookup.patch 100 --read fp4 --window 16 --batch 256
 ONE="nw=1,bt=8"
-GDN_FORMS=${GDN_FORMS:-"tokens;chunked:dot=bf16x3,$ONE,kc=16;chunked:dot=bf16x3,$ONE,kc=32;chunked:dot=bf16x2,$ONE,kc=32;chunked:dot=bf16x3,$ONE,kc=16,bv=32;chunked:dot=bf16x3,$ONE,kc=16,bv=128;chunked:dot=bf16x3,$ONE,kc=16,mr=128"}
+GDN_FORMS=${GDN_FORMS:-"tokens;chunked:dot=bf16x3,$ONE,kc=16;chunked:dot=bf16x3,$ONE,kc=32;chunked:dot=bf16x3,$ONE,kc=16,bv=32;chunked:dot=bf16x2,$ONE,kc=32;chunked:dot=bf16x3,$ONE,kc=16,bv=128;chunked:dot=bf16x3,$ONE,kc=16,mr=128"}
 has gdn && TAIL=20 part gdn 150 python3 benchmarks/tune_replay.py --shapes qwen3.5-122b-gdn --batch 256 --no-steps \
   --verify 8,4 --verify-window 16 --verify-form "$GDN_FORMS" --out "$OUT/verify_gdn.json"
 has kda && TAIL=12 part kda 120 python3 benchmarks/tune_replay.py --shapes kimi-linear-kda --batch 256 --no-steps \
