@@ -11,8 +11,8 @@
 #   gdn     GDN verify tilings around the default (T = 8 stood at 1.36x one standard step on an H100; asked <= 1.3x)
 #   kda     KDA's first timing of the 1-warp verify forms
 #   spec    issue 6's speculative grid at batch 256 with the default verify
-# TESTS_K narrows the tests part (a pytest -k expression; "$COPY_TESTS": the read-copy tests only).
-# Usage: [PARTS="tests copies fp4 gdn kda spec"] [TESTS_K=...] bash benchmarks/gpu/verify_next.sh [commit]   (writes under $OUT)
+# TESTS=copies narrows the tests part to the read-copy tests.
+# Usage: [PARTS="tests copies fp4 gdn kda spec"] [TESTS=copies] bash benchmarks/gpu/verify_next.sh [commit]   (writes under $OUT)
 set -u
 source "$(dirname "$0")/part.sh"
 gpu_setup verify_next_log.txt "${1:-}"
@@ -29,7 +29,7 @@ beside() {
 COPY_TESTS="read_copies_and_rounding_gpu or two_row_loops_short_last_program_gpu or e2m1 or e4m3"
 VERIFY_TESTS="chunked_verify_gpu_fp32_activations or (chunked_verify_gpu and (gdn or kda))"
 has tests && TAIL=20 part tests 200 python3 -m pytest -m "gpu or not slow" tests/test_kernels.py -q -p no:cacheprovider \
-  --tb=line -k "${TESTS_K:-$COPY_TESTS or $VERIFY_TESTS}"
+  --tb=line -k "$([ "${TESTS:-all}" = copies ] && echo "$COPY_TESTS" || echo "$COPY_TESTS or $VERIFY_TESTS")"
 has copies && beside value_major benchmarks/experiments/2026-12-06_value_major_copies.patch 90 \
   --shapes qwen3.5-122b-gdn,kimi-linear-kda --batch 256 --read "${COPIES:-fp8}" --window 8
 has fp4 && beside fp4_lookup benchmarks/experiments/2026-12-06_fp4_lookup.patch 100 --read fp4 --window 16 --batch 256
