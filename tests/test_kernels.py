@@ -416,15 +416,15 @@ def test_read_copies(read, family, layout):
 
 
 @pytest.mark.parametrize("layout", ["kv", "vk"])
-def test_read_copy_data_follow_the_state_layout(layout):
-    """NOTE [read copy orientation]: 16-bit and fp8 copies store their data in the state's orientation (a transposed
-    view of a key-major buffer for kv states), 4-bit codes value-major; every copy is seen as [N, Hv, V, K]."""
+def test_read_copy_storage_orientation(layout):
+    """NOTE [read copy orientation]: fp8 copies of kv states store their data key-major (a transposed view of a
+    [N, Hv, K, V] buffer), every other copy value-major; all are seen as [N, Hv, V, K]."""
     f = get_family("gated_deltanet")
     _, st = random_canonical(f, 2, 2, 16, 5, 1, dtype=torch.float32, generator=torch.Generator().manual_seed(1),
                              layout=layout)
-    for read in ("bf16", "fp8", "fp4"):
+    for read in ("bf16", "fp16", "fp8", "fp4"):
         data = ReplayState(st.clone(), f, 3, kernels="torch", layout=layout, k_heads=1, read_dtype=read).read["data"]
-        key_major = layout == "kv" and read != "fp4"
+        key_major = layout == "kv" and read == "fp8"
         assert data.shape[-2] == 5 and data.transpose(-1, -2).is_contiguous() == key_major, (read, data.stride())
 
 

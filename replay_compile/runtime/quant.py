@@ -45,6 +45,11 @@ class ReadFormat:
     def bits(self) -> float:
         return {"bf16": 16, "fp16": 16, "fp8": 8, "fp4": 4}[self.name]
 
+    def key_major(self, layout: str) -> bool:
+        """Whether ``ReplayState`` stores this format's data key-major for a state of ``layout`` (NOTE [read copy
+        orientation] in ``state.py``; the kernels' ``readcopy._data_offsets`` applies the same rule)."""
+        return self.name == "fp8" and layout == "kv"
+
     def alloc(self, shape, device, *, column_major: bool = False) -> dict[str, torch.Tensor]:
         """Zeroed storage for read copies of states of ``shape = [..., R, C]``.
 

@@ -14,12 +14,15 @@ The user's state tensor *is* the checkpoint. Beside it the object owns, per phys
 A read copy's scales run along its last dim. Seen value-major, every value column of the state has
 its own scales over all K keys, so a kernel program that owns a tile of value columns (the unit every
 family's read reduces over keys for) owns whole scale rows and can re-quantize them at a flush alone.
-16-bit and fp8 data are stored in the state's orientation all the same (``kv`` states: ``[N, Hv, K, V]``,
-seen through a transposed view), so a kernel loads the copy's tile in the layout of the checkpoint's tile and of
-the window's records (``readcopy._data_offsets``). A key-contiguous copy of a ``kv`` state had Triton compute a
-one-token step's tile reads twice, in two layouts, with a conversion of the tile between them: sm_90 compile of
-GDN's step on an fp8 copy at L = 8, 3784 -> 3064 SASS instructions, tile reductions 5 -> 4 (as without a copy),
-no tile conversion (2026-12-06). 4-bit codes pack two keys a byte and stay value-major.
+fp8 data of ``kv`` states are stored key-major all the same (``[N, Hv, K, V]``, seen through a transposed view),
+so a kernel loads the copy's tile in the layout of the checkpoint's tile and of the window's records
+(``readcopy._data_offsets``). Value-major, Triton computed a one-token step's tile reads twice, in two layouts,
+with a conversion of the tile between them (sm_90 compile of GDN's step at L = 8: 3784 -> 3064 SASS instructions,
+tile reductions 5 -> 4 as without a copy, no tile conversion). H100, batch 256, L = 8, step (non-flush) us, value-
+major -> key-major in the same run (2026-12-06): GDN 560.8 (367.9) -> 494.6 (286.5), KDA 286.8 (183.1) -> 270.5
+(151.9). 16-bit copies stay value-major: key-major their flushing rows got slower than the reads got faster (GDN
+560.1 -> 569.5 us, KDA 289.3 -> 310.1, runs minutes apart on one H100). 4-bit codes pack two keys a byte and stay
+value-major.
 
 # NOTE [checkpoint dtype]
 ``checkpoint_dtype`` (bf16/fp16) narrows the checkpoint of a float32 user state: the object then
@@ -155,7 +158,8 @@ class ReplayState:
         self.tickets = torch.zeros(N, dtype=torch.int32, device=dev)
         self.read = None
         if self.read_format is not None:
-            self.read = self.read_format.alloc(self.read_view(self.state).shape, dev, column_major=self.layout == "kv")
+            self.read = self.read_format.alloc(self.read_view(self.state).shape, dev,
+                                               column_major=self.read_format.key_major(self.layout))
             for name, part in self.read_format.quantize(self.read_view(self.state).float()).items():
                 self.read[name].copy_(part)
 
