@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# What this session's changes and the default verify (templates/verify.py NOTE [default verify]) still need from a
-# GPU, in parts (in this order: a call cut at its limit keeps the parts it finished; ~10 min in all):
+# What the read copies' changes and the default verify (templates/verify.py NOTE [default verify]) need from a GPU,
+# in parts (in this order: a call cut at its limit keeps the parts it finished; ~10 min in all). The twenty-eighth
+# session ran `TESTS=copies PARTS="tests copies fp4"` on an H100 (BENCHMARKS.md); still to run:
+# `PARTS="tests gdn kda spec"` (the copies / fp4 parts time forms since dropped, their patches at 28880b9).
 #   tests   GPU tests of the read copies (key-major 16-bit / fp8 copies of kv states, NOTE [read copy orientation];
 #           4-bit decode and reciprocals, NOTE [e2m1 as fp16 bits], NOTE [read-copy reciprocals]), the fp32-activation
 #           verify tests that would let fp32 activations into the default table, and the chunked verify's GDN / KDA
