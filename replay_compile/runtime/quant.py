@@ -47,7 +47,7 @@ class ReadFormat:
 
     def key_major(self, layout: str) -> bool:
         """Whether ``ReplayState`` stores this format's data key-major for a state of ``layout`` (NOTE [read copy
-        orientation] in ``state.py``; the kernels' ``readcopy._data_offsets`` applies the same rule)."""
+        orientation] in ``state.py``; kernels read it from the data's strides, ``templates.readcopy.key_major``)."""
         return self.name == "fp8" and layout == "kv"
 
     def alloc(self, shape, device, *, column_major: bool = False) -> dict[str, torch.Tensor]:

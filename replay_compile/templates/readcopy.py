@@ -1,9 +1,9 @@
 """Read-copy tiles inside a kernel: dequantize on load, re-quantize at a flush (formats of ``runtime/quant.py``).
 
 Tiles are handled in the ``[K, V]`` orientation of the math. A read copy's scales run along keys, so a program
-owning value columns ``offs_v`` (and, as every program does, all keys) owns whole scale rows; fp8 data of ``kv``
-states are stored key-major (``[K, V]`` per head), everything else value-major (NOTE [read copy orientation] in
-``runtime/state.py``; ``quant.ReadFormat.key_major`` is the same rule on the host).
+owning value columns ``offs_v`` (and, as every program does, all keys) owns whole scale rows. 16-bit and fp8 data
+are stored value-major (``[V, K]`` per head) or key-major (``[K, V]``), as ``quant.ReadFormat.key_major`` decides
+(NOTE [read copy orientation] in ``runtime/state.py``); launchers read which from the data's strides (``key_major``).
 
 Format codes: 0 none, 1 bf16/fp16 (plain cast), 2 fp8-e4m3 + fp32 row scale, 3 e2m1 (two codes a byte,
 low nibble = even key) + e4m3 block scale per 16 + fp32 row scale. Divisions use ``tl.div_rn`` so
@@ -25,12 +25,18 @@ per-block divisions spilled).
 """
 from __future__ import annotations
 
+import torch
 import triton
 import triton.language as tl
 
 READ_CODES = {None: 0, "bf16": 1, "fp16": 1, "fp8": 2, "fp4": 3}
 FP8_MAX = tl.constexpr(448.0)
 FP4_MAX = tl.constexpr(6.0)
+
+
+def key_major(read: dict) -> bool:
+    """Whether a read copy's 16-bit or fp8 data (seen ``[..., V, K]``) is stored key-major: the launchers' constexpr."""
+    return "data" in read and read["data"].dtype != torch.uint8 and read["data"].stride(-1) != 1
 
 
 @triton.jit
@@ -88,15 +94,14 @@ def _e2m1_value_over_2p14(code):
 
 
 @triton.jit
-def _data_offsets(head_off, offs_k, offs_v, K: tl.constexpr, V: tl.constexpr, READ: tl.constexpr,
-                  LAYOUT_KV: tl.constexpr):
-    """``[BK, BV]`` offsets of a 16-bit or fp8 copy's elements: stored ``[K, V]`` per head for fp8 on ``kv`` states.
+def _data_offsets(head_off, offs_k, offs_v, K: tl.constexpr, V: tl.constexpr, KEY_MAJOR: tl.constexpr):
+    """``[BK, BV]`` offsets of a 16-bit or fp8 copy's elements, stored ``[K, V]`` per head where ``KEY_MAJOR``.
 
     Key-major offsets claim runs of only 4 contiguous values: Triton's coalescer then gives the tile the fp32
     checkpoint tile's layout (4 values a thread) rather than 16-byte vectors of 8 or 16 values, which would meet
     the window's layout in a tile conversion (NOTE [read copy orientation] in ``runtime/state.py``).
     """
-    if LAYOUT_KV and READ == 2:
+    if KEY_MAJOR:
         return tl.max_contiguous(head_off * V * K + offs_k[:, None] * V + offs_v[None, :], [1, 4])
     return head_off * V * K + offs_k[:, None] + offs_v[None, :] * K
 
@@ -104,7 +109,7 @@ def _data_offsets(head_off, offs_k, offs_v, K: tl.constexpr, V: tl.constexpr, RE
 @triton.jit
 def load_read_tile(data, row_scale, block_scale, head_off, offs_k, offs_v, mask_kv,
                    K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-                   READ: tl.constexpr, LAYOUT_KV: tl.constexpr, CD: tl.constexpr):
+                   READ: tl.constexpr, KEY_MAJOR: tl.constexpr, CD: tl.constexpr):
     """Dequantized ``[BK, BV]`` tile of one (slot, head) at keys ``offs_k`` and values ``offs_v``.
 
     ``head_off`` is the (slot, head) index ``slot * Hv + h``. 16-bit and fp8 copies are loaded in the
@@ -126,7 +131,7 @@ def load_read_tile(data, row_scale, block_scale, head_off, offs_k, offs_v, mask_
         bs = b * (s * 16384.0)[:, None]  # NOTE [e2m1 as fp16 bits]
         x = tl.trans(tl.reshape(tl.reshape(val, (BV, BK // 16, 16)) * bs[:, :, None], (BV, BK)))
     else:
-        x = tl.load(data + _data_offsets(head_off, offs_k, offs_v, K, V, READ, LAYOUT_KV), mask=mask_kv).to(tl.float32)
+        x = tl.load(data + _data_offsets(head_off, offs_k, offs_v, K, V, KEY_MAJOR), mask=mask_kv).to(tl.float32)
         if READ == 2:
             x = x * tl.load(row_scale + head_off * V + offs_v, mask=vmask, other=1.0)[None, :]
     return tl.where(mask_kv, x, 0.0).to(CD)  # masked lanes of fp8 loads are undefined (no fp8 "other")
@@ -135,16 +140,16 @@ def load_read_tile(data, row_scale, block_scale, head_off, offs_k, offs_v, mask_
 @triton.jit
 def store_read_tile(stored, data, row_scale, block_scale, head_off, offs_k, offs_v, mask_kv,
                     K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, READ: tl.constexpr,
-                    LAYOUT_KV: tl.constexpr):
+                    KEY_MAJOR: tl.constexpr):
     """Quantize the stored checkpoint tile ``stored [BK, BV]`` (fp32) into the read copy."""
     x = tl.where(mask_kv, stored, 0.0)
     vmask = offs_v < V
     if READ == 1:
-        tl.store(data + _data_offsets(head_off, offs_k, offs_v, K, V, READ, LAYOUT_KV), x, mask=mask_kv)
+        tl.store(data + _data_offsets(head_off, offs_k, offs_v, K, V, KEY_MAJOR), x, mask=mask_kv)
     elif READ == 2:
         s = _row_scale(tl.max(tl.abs(x), 0), FP8_MAX)
         q = (x * _reciprocal(s)[None, :]).to(tl.float8e4nv)  # NOTE [read-copy reciprocals]
-        tl.store(data + _data_offsets(head_off, offs_k, offs_v, K, V, READ, LAYOUT_KV), q, mask=mask_kv)
+        tl.store(data + _data_offsets(head_off, offs_k, offs_v, K, V, KEY_MAJOR), q, mask=mask_kv)
         tl.store(row_scale + head_off * V + offs_v, s, mask=vmask)
     elif READ == 3:
         phys = tl.trans(x)  # [BV, BK]: e2m1 blocks of 16 keys

@@ -28,7 +28,7 @@ re-reduced by all 32 tiles of a Mamba-2 key group. ``tiling`` splits a unit over
 while the grid would be small (batch 1), trading repeated dots for parallelism.
 
 Specialisation (constexpr): decay kind x delta rule (the family's ``template``), raw delta folds,
-read-copy format, layout (strides + ``LAYOUT_KV``), head dims, grouping, window ``L``, draft length
+read-copy format and storage order, layout (strides + ``LAYOUT_KV``), head dims, grouping, window ``L``, draft length
 ``T``, checkpoint dtype (stochastic rounding), compute dtype. Value columns are independent in every
 family (the delta rule's ``S^T k`` reduces over keys), which is what lets a program own a value tile.
 
@@ -113,7 +113,7 @@ import triton.language as tl
 
 from ..families.base import Canonical
 from .cursors import commit_kernel, finalize_row, load_row, row_phase
-from .readcopy import READ_CODES, load_read_tile, store_read_tile
+from .readcopy import READ_CODES, key_major, load_read_tile, store_read_tile
 from .sround import SR_FORMATS, slot_seed, stochastic_round
 
 @triton.jit
@@ -237,8 +237,8 @@ def _fold_window(S, rk, rla, ru, rv, rbeta, xk, xla, xv, xbeta, n_ring, n_new, o
 @triton.jit
 def _store_checkpoint(new, state, s_tile, mask_kv, read_data, read_row_scale, read_block_scale, flushes, seed, slot,
                       head, h, offs_k, offs_v, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr,
-                      BV: tl.constexpr, READ: tl.constexpr, LAYOUT_KV: tl.constexpr, SR: tl.constexpr, SR_MANT: tl.constexpr,
-                      SR_EMIN: tl.constexpr, CD: tl.constexpr):
+                      BV: tl.constexpr, READ: tl.constexpr, READ_KEY_MAJOR: tl.constexpr, LAYOUT_KV: tl.constexpr,
+                      SR: tl.constexpr, SR_MANT: tl.constexpr, SR_EMIN: tl.constexpr, CD: tl.constexpr):
     """A flushing row writes its folded tile ``new [BK, BV]`` to the checkpoint (stochastically rounded to a
     16-bit checkpoint under ``SR``, seeded per slot, flush and element) and re-quantizes the read copy from it."""
     if SR:
@@ -253,7 +253,7 @@ def _store_checkpoint(new, state, s_tile, mask_kv, read_data, read_row_scale, re
     tl.store(s_tile, stored.to(state.dtype.element_ty), mask=mask_kv)
     if READ > 0:
         store_read_tile(stored.to(tl.float32), read_data, read_row_scale, read_block_scale, head, offs_k, offs_v,
-                        mask_kv, K, V, BK, BV, READ, LAYOUT_KV)
+                        mask_kv, K, V, BK, BV, READ, READ_KEY_MAJOR)
 
 
 @triton.jit
@@ -442,7 +442,8 @@ def replay_kernel(
     stride_sn, stride_sh, stride_sk, stride_sv,
     T: tl.constexpr, L: tl.constexpr, BL: tl.constexpr, BT: tl.constexpr, HV: tl.constexpr, GROUP: tl.constexpr,
     K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, ITEMS: tl.constexpr,
-    DECAY: tl.constexpr, DELTA: tl.constexpr, RAW: tl.constexpr, READ: tl.constexpr, LAYOUT_KV: tl.constexpr,
+    DECAY: tl.constexpr, DELTA: tl.constexpr, RAW: tl.constexpr, READ: tl.constexpr, READ_KEY_MAJOR: tl.constexpr,
+    LAYOUT_KV: tl.constexpr,
     COMMIT: tl.constexpr, FORCE: tl.constexpr, MATERIALIZE: tl.constexpr, HAS_SLOTS: tl.constexpr,
     SR: tl.constexpr, SR_MANT: tl.constexpr, SR_EMIN: tl.constexpr, CD: tl.constexpr,
     BHV: tl.constexpr, BHK: tl.constexpr, FOLD_UNROLL: tl.constexpr, SPLIT: tl.constexpr,
@@ -528,7 +529,7 @@ def replay_kernel(
                         base = tl.load(s_tile, mask=mask_kv, other=0.0).to(CD)
                     elif READ > 0:
                         base = load_read_tile(read_data, read_row_scale, read_block_scale, head, offs_k, offs_v,
-                                              mask_kv, K, V, BK, BV, READ, LAYOUT_KV, CD)
+                                              mask_kv, K, V, BK, BV, READ, READ_KEY_MAJOR, CD)
                         if loop == 1:
                             if flush:
                                 base = tl.load(s_tile, mask=mask_kv, other=0.0).to(CD)
@@ -557,7 +558,7 @@ def replay_kernel(
                         if flush:
                             _store_checkpoint(new, state, s_tile, mask_kv, read_data, read_row_scale, read_block_scale,
                                               flushes, seed, slot, head, h, offs_k, offs_v, K, V, BK, BV, READ,
-                                              LAYOUT_KV, SR, SR_MANT, SR_EMIN, CD)
+                                              READ_KEY_MAJOR, LAYOUT_KV, SR, SR_MANT, SR_EMIN, CD)
     tl.store(nonfinite + slot, tl.full([], 1, tl.uint8), mask=bad & live)
     if live:
         # NOTE [the last program moves the cursors]
@@ -722,7 +723,8 @@ def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[t
         state.stride(0), state.stride(1), stride_sk, stride_sv,
         T=T, L=spec.window, BL=tile.BL, BT=triton.next_power_of_2(max(T, 1)), HV=Hv, GROUP=Hv // spec.k_heads,
         K=K, V=V, BK=tile.BK, BV=tile.BV, ITEMS=tile.items, DECAY=_DECAY_CODE[spec.decay], DELTA=spec.delta,
-        RAW=spec.raw, READ=READ_CODES[spec.read_format], LAYOUT_KV=spec.layout == "kv", COMMIT=commit,
+        RAW=spec.raw, READ=READ_CODES[spec.read_format], READ_KEY_MAJOR=key_major(read), LAYOUT_KV=spec.layout == "kv",
+        COMMIT=commit,
         FORCE=force_flush, MATERIALIZE=materialize, HAS_SLOTS=slots is not None, SR=spec.stochastic_rounding,
         SR_MANT=sr_mant, SR_EMIN=sr_emin, CD=tl.float64 if cd == torch.float64 else tl.float32,
         BHV=triton.next_power_of_2(Hv), BHK=triton.next_power_of_2(spec.k_heads), FOLD_UNROLL=tile.fold_unroll,

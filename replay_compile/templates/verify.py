@@ -317,8 +317,8 @@ def verify_kernel(
                 S = Gc * S + _mm(Uh, Kh * W[:, None], UPD)
             s_chunk = s_head + kk[:, None] * stride_sk + offs_v[None, :] * stride_sv  # [BKC, BV], as replay's tiles
             _store_checkpoint(tl.trans(S), state, s_chunk, mk[:, None] & mask_v[None, :], state, state, state,
-                              flushes, seed, slot, slot * HV + h, h, kk, offs_v, K, V, BKC, BV, 0, LAYOUT_KV, SR,
-                              SR_MANT, SR_EMIN, CD)
+                              flushes, seed, slot, slot * HV + h, h, kk, offs_v, K, V, BKC, BV, 0, False, LAYOUT_KV,
+                              SR, SR_MANT, SR_EMIN, CD)
             PQ, PK = _reads(S, Qr, Kr, PQ, PK, DOT, UPD, EXACT_QK * (DECAY < 2), DELTA)
         elif DECAY == 2:
             PQ, PK = _reads(S, Qr * Gk[:, None], Kr * Gk[:, None], PQ, PK, DOT, UPD, 0, DELTA)
