@@ -65,7 +65,7 @@ def test_tile_conversions_counts_large_converts_only():
 
 def test_kv_step_on_an_fp8_copy_converts_no_tile():
     """GDN's one-token step (no commit: its tile is only read, folded and re-quantized) on an fp8 copy: the copy's
-    tile loads in the layout the step computes in (before the copy followed the state's layout: 2 conversions)."""
+    tile loads in the layout the step computes in (stored value-major, as before 2026-12-06: 2 conversions)."""
     lines = [ln for ln in _report("qwen3.5-122b-gdn,fp8,1,8", "--batch", "16") if "(no commit" in ln]  # the tiling of
     # batch 256 (at 5, programs split their units and the step runs one row loop)
     assert len(lines) == 1 and "; 0 tile conversions;" in lines[0], lines

@@ -26,4 +26,3 @@ has spec_tokens && TAIL=12 part spec_tokens 40 python3 -m replay_compile.cli ben
   --window 8 --steps 8 --verify-form tokens --out "$OUT/spec_t4_tokens.json"
 has tests_rest && TAIL=8 part tests_rest 200 python3 -m pytest -m gpu tests/test_kernels.py -q -p no:cacheprovider -k "not chunked_verify"
 echo total $SECONDS
-

@@ -1,40 +1,26 @@
 #!/usr/bin/env bash
-# What the read copies' changes and the default verify (templates/verify.py NOTE [default verify]) need from a GPU,
-# in parts (in this order: a call cut at its limit keeps the parts it finished; ~10 min in all). The twenty-eighth
-# session ran `TESTS=copies PARTS="tests copies fp4"` on an H100 (BENCHMARKS.md); still to run:
-# `PARTS="tests gdn kda spec"` (the copies / fp4 parts time forms since dropped, their patches at 28880b9).
-#   tests   GPU tests of the read copies (key-major 16-bit / fp8 copies of kv states, NOTE [read copy orientation];
-#           4-bit decode and reciprocals, NOTE [e2m1 as fp16 bits], NOTE [read-copy reciprocals]), the fp32-activation
+# What the default verify (templates/verify.py NOTE [default verify]) still needs from a GPU, in parts (in this
+# order: a call cut at its limit keeps the parts it finished; ~8 min in all). The twenty-eighth session ran the
+# read-copy tests on an H100 (BENCHMARKS.md) and timed its copy changes beside their former forms (variants.sh on
+# the experiment patches of 2026-12-06).
+#   tests   GPU tests of the read copies (key-major fp8 copies of kv states, NOTE [read copy orientation]; 4-bit
+#           decode and reciprocals, NOTE [e2m1 as fp16 bits], NOTE [read-copy reciprocals]), the fp32-activation
 #           verify tests that would let fp32 activations into the default table, and the chunked verify's GDN / KDA
 #           tilings timed below
-#   copies  fp8 copies (COPIES=bf16,fp8: both) of GDN and KDA beside benchmarks/experiments/2026-12-06_value_major_copies.patch (their
-#           former value-major storage), same run
-#   fp4     the 4-bit copy step beside benchmarks/experiments/2026-12-06_fp4_lookup.patch (its former form), same run
 #   gdn     GDN verify tilings around the default (T = 8 stood at 1.36x one standard step on an H100; asked <= 1.3x)
 #   kda     KDA's first timing of the 1-warp verify forms
 #   spec    issue 6's speculative grid at batch 256 with the default verify
 # TESTS=copies narrows the tests part to the read-copy tests.
-# Usage: [PARTS="tests copies fp4 gdn kda spec"] [TESTS=copies] bash benchmarks/gpu/verify_next.sh [commit]   (writes under $OUT)
+# Usage: [PARTS="tests gdn kda spec"] [TESTS=copies] bash benchmarks/gpu/verify_next.sh [commit]   (writes under $OUT)
 set -u
 source "$(dirname "$0")/part.sh"
 gpu_setup verify_next_log.txt "${1:-}"
-PARTS=${PARTS:-"tests copies fp4 gdn kda spec"}
+PARTS=${PARTS:-"tests gdn kda spec"}
 has() { [[ " $PARTS " == *" $1 "* ]]; }
-# `beside NAME PATCH SECONDS TUNE_ARGS...`: tune_replay.py on main, then on a copy with PATCH applied
-beside() {
-  local name=$1 patch=$2 secs=$3; shift 3
-  patched_copy "/tmp/$name" "$patch" replay_compile || { echo "$name: does not apply"; return; }
-  TAIL=12 part "${name}_main" "$secs" python3 benchmarks/tune_replay.py "$@" --out "$OUT/${name}_main.json"
-  TAIL=12 part "$name" "$secs" env PYTHONPATH="/tmp/$name" python3 benchmarks/tune_replay.py "$@" \
-    --out "$OUT/$name.json"
-}
 COPY_TESTS="read_copies_and_rounding_gpu or two_row_loops_short_last_program_gpu or e2m1 or e4m3"
 VERIFY_TESTS="chunked_verify_gpu_fp32_activations or (chunked_verify_gpu and (gdn or kda))"
 has tests && TAIL=20 part tests 200 python3 -m pytest -m "gpu or not slow" tests/test_kernels.py -q -p no:cacheprovider \
   --tb=line -k "$([ "${TESTS:-all}" = copies ] && echo "$COPY_TESTS" || echo "$COPY_TESTS or $VERIFY_TESTS")"
-has copies && beside value_major benchmarks/experiments/2026-12-06_value_major_copies.patch 90 \
-  --shapes qwen3.5-122b-gdn,kimi-linear-kda --batch 256 --read "${COPIES:-fp8}" --window 8
-has fp4 && beside fp4_lookup benchmarks/experiments/2026-12-06_fp4_lookup.patch 100 --read fp4 --window 16 --batch 256
 ONE="nw=1,bt=8"
 GDN_FORMS=${GDN_FORMS:-"tokens;chunked:dot=bf16x3,$ONE,kc=16;chunked:dot=bf16x3,$ONE,kc=32;chunked:dot=bf16x3,$ONE,kc=16,bv=32;chunked:dot=bf16x2,$ONE,kc=32;chunked:dot=bf16x3,$ONE,kc=16,bv=128;chunked:dot=bf16x3,$ONE,kc=16,mr=128"}
 has gdn && TAIL=20 part gdn 150 python3 benchmarks/tune_replay.py --shapes qwen3.5-122b-gdn --batch 256 --no-steps \
