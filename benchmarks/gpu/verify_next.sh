@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What the default verify (templates/verify.py NOTE [default verify]) still needs from a GPU, in parts (in this
-# order: a call cut at its limit keeps the parts it finished; ~8 min in all). The twenty-eighth session ran the
+# order: a call cut at its limit keeps the parts it finished; ~10 min in all). The twenty-eighth session ran the
 # read-copy tests on an H100 (BENCHMARKS.md) and timed its copy changes beside their former forms (variants.sh on
 # the experiment patches of 2026-12-06).
 #   tests   GPU tests of the read copies (key-major fp8 copies of kv states, NOTE [read copy orientation]; 4-bit
@@ -10,12 +10,14 @@
 #   gdn     GDN verify tilings around the default (T = 8 stood at 1.36x one standard step on an H100; asked <= 1.3x)
 #   kda     KDA's first timing of the 1-warp verify forms
 #   spec    issue 6's speculative grid at batch 256 with the default verify
+#   copies  read-copy steps of GDN / KDA with the non-flush loop pipelined (2 stages) and the flush fold unrolled
+#           by 8: both lost before the fp8 copies went key-major (NOTE [two row loops], NOTE [fold unrolling])
 # TESTS=copies narrows the tests part to the read-copy tests.
-# Usage: [PARTS="tests gdn kda spec"] [TESTS=copies] bash benchmarks/gpu/verify_next.sh [commit]   (writes under $OUT)
+# Usage: [PARTS="tests gdn kda copies spec"] [TESTS=copies] bash benchmarks/gpu/verify_next.sh [commit]   (writes under $OUT)
 set -u
 source "$(dirname "$0")/part.sh"
 gpu_setup verify_next_log.txt "${1:-}"
-PARTS=${PARTS:-"tests gdn kda spec"}
+PARTS=${PARTS:-"tests gdn kda copies spec"}
 has() { [[ " $PARTS " == *" $1 "* ]]; }
 COPY_TESTS="read_copies_and_rounding_gpu or two_row_loops_short_last_program_gpu or e2m1 or e4m3"
 VERIFY_TESTS="chunked_verify_gpu_fp32_activations or (chunked_verify_gpu and (gdn or kda))"
@@ -28,6 +30,8 @@ has gdn && TAIL=20 part gdn 150 python3 benchmarks/tune_replay.py --shapes qwen3
 has kda && TAIL=12 part kda 120 python3 benchmarks/tune_replay.py --shapes kimi-linear-kda --batch 256 --no-steps \
   --verify 8,4 --verify-window 16 --verify-form "tokens;chunked:dot=bf16x3,$ONE,kc=16;chunked:dot=bf16x2,$ONE,kc=16" \
   --out "$OUT/verify_kda.json"
+has copies && TAIL=40 part copies 200 python3 benchmarks/tune_replay.py --shapes qwen3.5-122b-gdn,kimi-linear-kda \
+  --batch 256 --read fp8,fp4 --window 8 --stages=-1,2 --fold-unroll 0,8 --out "$OUT/copies.json"
 has spec && TAIL=40 part spec 150 python3 -m replay_compile.cli bench spec --T 1,2,4,8 --batch 256 \
   --acceptance 0.5,0.8,1.0,text --window 8 --steps 8 --out "$OUT/spec_grid_256.json"
 echo total $SECONDS
