@@ -401,14 +401,18 @@ def test_window_one_and_float64_against_standard():
         assert rel_rms(tri.state, pool.state) < 1e-12
 
 
-@pytest.mark.parametrize("read,family,layout", [("bf16", "gated_deltanet", "kv"), ("fp8", "mamba2", "kv"),
-                                                 ("fp8", "gla", "vk"), ("fp4", "kda", "vk")])
-def test_read_copies(read, family, layout):
+@pytest.mark.parametrize("read,family,layout,block_v", [("bf16", "gated_deltanet", "kv", None),
+                                                         ("fp8", "mamba2", "kv", None), ("fp8", "gla", "vk", None),
+                                                         ("fp4", "kda", "vk", None),
+                                                         ("fp4", "gated_deltanet", "kv", 16)])
+def test_read_copies(read, family, layout, block_v):
     """Non-flush rows read the quantized copy, flush rows the exact checkpoint and re-quantize it;
-    delta-rule folds replay raw records."""
+    delta-rule folds replay raw records. Key-major 4-bit codes pair values: an odd V leaves the last byte half
+    used, and value tiles of 16 (the second holding one value) each own their bytes."""
     g = torch.Generator().manual_seed(3)
     small = 16 if read == "fp4" else 4  # e2m1 blocks run along 16 columns
-    p = Pair(family, B=2, H=2, Hk=1, K=small, V=small + 1, L=3, layout=layout, read=read, generator=g)
+    p = Pair(family, B=2, H=2, Hk=1, K=small, V=small + 1, L=3, layout=layout, read=read, generator=g,
+             tiling=block_v and dict(block_v=block_v))
     for _ in range(3):
         p.step()
     p.verify_commit(T=2)
@@ -417,15 +421,17 @@ def test_read_copies(read, family, layout):
 
 @pytest.mark.parametrize("layout", ["kv", "vk"])
 def test_read_copy_storage_orientation(layout):
-    """NOTE [read copy orientation]: fp8 copies of kv states store their data key-major (a transposed view of a
-    [N, Hv, K, V] buffer), every other copy value-major; all are seen as [N, Hv, V, K]."""
+    """NOTE [read copy orientation]: fp8 and 4-bit copies of kv states store their data key-major (a transposed
+    view of a [N, Hv, K, V] buffer; 4-bit codes then pair values, [N, Hv, ceil(V / 2), KP] seen), every other copy
+    value-major; all are seen as [N, Hv, V, K]."""
     f = get_family("gated_deltanet")
     _, st = random_canonical(f, 2, 2, 16, 5, 1, dtype=torch.float32, generator=torch.Generator().manual_seed(1),
                              layout=layout)
     for read in ("bf16", "fp16", "fp8", "fp4"):
         data = ReplayState(st.clone(), f, 3, kernels="torch", layout=layout, k_heads=1, read_dtype=read).read["data"]
-        key_major = layout == "kv" and read == "fp8"
-        assert data.shape[-2] == 5 and data.transpose(-1, -2).is_contiguous() == key_major, (read, data.stride())
+        key_major = layout == "kv" and read in ("fp8", "fp4")
+        rows = 3 if key_major and read == "fp4" else 5
+        assert data.shape[-2] == rows and data.transpose(-1, -2).is_contiguous() == key_major, (read, data.stride())
 
 
 def test_read_fp16_and_stochastic_rounding_bit_exact():

@@ -14,7 +14,10 @@ the last dim (``C``); ``R`` is the second-to-last dim. ``ReplayState`` stores it
 
 fp4 (e2m1, "NVFP4"-style) codes are sign | 3-bit magnitude over {0, .5, 1, 1.5, 2, 3, 4, 6}; a value
 rounds to the nearest magnitude, ties toward zero (``code = #midpoints below |x|``); the low nibble
-holds the even column. Block scale ``b = e4m3(amax_block / s_row / 6)`` with
+holds the even column. A key-major format (``ReadFormat.key_major``) stores its data ``[..., C, R]`` and hands it
+out as the transposed view; its 4-bit codes pair rows instead (``[..., ceil(R/2), CP]`` seen, low nibble = even
+row) and its block scales are stored ``[..., nb, R]`` (seen ``[..., R, nb]``): NOTE [read copy orientation] in
+``state.py``. Block scale ``b = e4m3(amax_block / s_row / 6)`` with
 ``s_row = amax_row / (6 * 448)``, so every block scale fits e4m3's range whatever the state's size.
 
 Values are scaled by multiplying with fp32 reciprocals, as the kernels do, where a division per value slowed the
@@ -40,45 +43,35 @@ READ_DTYPES = ("bf16", "fp16", "fp8", "fp4")
 @dataclasses.dataclass(frozen=True)
 class ReadFormat:
     name: str
+    key_major: bool = False  # storage order (module docstring); kernels read it from strides (readcopy.key_major)
 
     @property
     def bits(self) -> float:
         return {"bf16": 16, "fp16": 16, "fp8": 8, "fp4": 4}[self.name]
 
-    def key_major(self, layout: str) -> bool:
-        """Whether ``ReplayState`` stores this format's data key-major for a state of ``layout`` (NOTE [read copy
-        orientation] in ``state.py``; kernels read it from the data's strides, ``templates.readcopy.key_major``)."""
-        return self.name == "fp8" and layout == "kv"
-
-    def alloc(self, shape, device, *, column_major: bool = False) -> dict[str, torch.Tensor]:
-        """Zeroed storage for read copies of states of ``shape = [..., R, C]``.
-
-        ``column_major``: 16-bit and fp8 data live in a ``[..., C, R]`` buffer, handed out as its transposed view
-        (shape ``[..., R, C]``: every torch operation is unchanged, only kernels see the strides). 4-bit codes pack
-        two columns a byte and stay row-major.
-        """
-        *lead, C = shape
+    def alloc(self, shape, device) -> dict[str, torch.Tensor]:
+        """Zeroed storage for read copies of states of ``shape = [..., R, C]`` (key-major: transposed views)."""
+        *lead, R, C = shape
         if self.name != "fp4":
-            dtype = _torch_dtype(self.name)
-            data = (torch.zeros(*shape[:-2], C, shape[-2], dtype=dtype, device=device).transpose(-1, -2) if column_major
-                    else torch.zeros(shape, dtype=dtype, device=device))
+            data = _zeros(shape, _torch_dtype(self.name), device, self.key_major)
             if self.name != "fp8":
                 return {"data": data}
-            return {"data": data, "row_scale": torch.ones(lead, dtype=torch.float32, device=device)}
+            return {"data": data, "row_scale": torch.ones(*lead, R, dtype=torch.float32, device=device)}
         nb = -(-C // FP4_BLOCK)
-        return {"data": torch.zeros(*lead, nb * FP4_BLOCK // 2, dtype=torch.uint8, device=device),
-                "block_scale": torch.zeros(*lead, nb, dtype=torch.float8_e4m3fn, device=device),
-                "row_scale": torch.ones(lead, dtype=torch.float32, device=device)}
+        data_shape = (*lead, -(-R // 2), nb * FP4_BLOCK) if self.key_major else (*lead, R, nb * FP4_BLOCK // 2)
+        return {"data": _zeros(data_shape, torch.uint8, device, self.key_major),
+                "block_scale": _zeros((*lead, R, nb), torch.float8_e4m3fn, device, self.key_major),
+                "row_scale": torch.ones(*lead, R, dtype=torch.float32, device=device)}
 
     def quantize(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Parts of the read copy of fp32 ``x [..., R, C]`` (same keys as :meth:`alloc`)."""
+        """Parts of the read copy of fp32 ``x [..., R, C]`` (same keys and shapes as :meth:`alloc`)."""
         x = x.float()
         if self.name in ("bf16", "fp16"):
             return {"data": x.to(_torch_dtype(self.name))}
         if self.name == "fp8":
             s = _row_scale(x, FP8_MAX)
             return {"data": (x * torch.reciprocal(s)[..., None]).to(torch.float8_e4m3fn), "row_scale": s}
-        return _fp4_quantize(x)
+        return _fp4_quantize(x, self.key_major)
 
     def dequantize(self, parts: dict[str, torch.Tensor], C: Optional[int] = None) -> torch.Tensor:
         """fp32 values of a read copy; ``C`` trims fp4's padding to the state's last dim."""
@@ -86,15 +79,25 @@ class ReadFormat:
             return parts["data"].float()
         if self.name == "fp8":
             return parts["data"].float() * parts["row_scale"][..., None]
-        return _fp4_dequantize(parts, C)
+        return _fp4_dequantize(parts, C, self.key_major)
 
 
-def read_format(name: Optional[str]) -> Optional[ReadFormat]:
+def read_format(name: Optional[str], layout: str = "vk") -> Optional[ReadFormat]:
+    """The read copy ``name`` of a state of ``layout``: fp8 and fp4 copies of ``kv`` states are stored key-major
+    (NOTE [read copy orientation] in ``state.py``)."""
     if name is None or name == "none":
         return None
     if name not in READ_DTYPES:
         raise ValueError(f"read copy dtype must be one of {('none',) + READ_DTYPES}, got {name!r}")
-    return ReadFormat(name)
+    return ReadFormat(name, key_major=name in ("fp8", "fp4") and layout == "kv")
+
+
+def _zeros(shape, dtype, device, transposed: bool) -> torch.Tensor:
+    """Zeros of ``shape``, stored with the last two dims swapped where ``transposed`` (a transposed view)."""
+    if not transposed:
+        return torch.zeros(shape, dtype=dtype, device=device)
+    *lead, R, C = shape
+    return torch.zeros(*lead, C, R, dtype=dtype, device=device).transpose(-1, -2)
 
 
 def _torch_dtype(name):
@@ -109,10 +112,10 @@ def _row_scale(x: torch.Tensor, qmax: float) -> torch.Tensor:
     return torch.where(amax > 0, amax * (1.0 / qmax), torch.ones_like(amax))
 
 
-def _fp4_quantize(x: torch.Tensor) -> dict[str, torch.Tensor]:
-    *lead, C = x.shape
+def _fp4_quantize(x: torch.Tensor, pair_rows: bool) -> dict[str, torch.Tensor]:
+    *lead, R, C = x.shape
     nb = -(-C // FP4_BLOCK)
-    xp = torch.nn.functional.pad(x, (0, nb * FP4_BLOCK - C)).view(*lead, nb, FP4_BLOCK)
+    xp = torch.nn.functional.pad(x, (0, nb * FP4_BLOCK - C)).view(*lead, R, nb, FP4_BLOCK)
     s_row = _row_scale(x, FP4_MAX * FP8_MAX)
     # one division a row; the e4m3 block scales' reciprocals come from a table in the kernels (readcopy.py)
     inv_s = torch.reciprocal(s_row)[..., None]
@@ -123,13 +126,22 @@ def _fp4_quantize(x: torch.Tensor) -> dict[str, torch.Tensor]:
     for m in FP4_MIDPOINTS:
         code += (y > m).to(torch.uint8)
     code |= (xp < 0).to(torch.uint8) << 3
-    code = code.view(*lead, nb * FP4_BLOCK // 2, 2)
-    return {"data": code[..., 0] | (code[..., 1] << 4), "block_scale": b, "row_scale": s_row}
+    code = code.view(*lead, R, nb * FP4_BLOCK)
+    if pair_rows:  # [R2, 2, CP]: rows 2i and 2i + 1 share a byte
+        code = torch.nn.functional.pad(code, (0, 0, 0, R % 2)).view(*lead, -1, 2, nb * FP4_BLOCK)
+        lo, hi = code.unbind(-2)
+    else:  # [R, CP/2, 2]: columns 2i and 2i + 1 share a byte
+        lo, hi = code.view(*lead, R, -1, 2).unbind(-1)
+    return {"data": lo | (hi << 4), "block_scale": b, "row_scale": s_row}
 
 
-def _fp4_dequantize(parts, C: Optional[int]) -> torch.Tensor:
+def _fp4_dequantize(parts, C: Optional[int], pair_rows: bool) -> torch.Tensor:
     data, b, s_row = parts["data"], parts["block_scale"], parts["row_scale"]
-    codes = torch.stack((data & 0xF, data >> 4), dim=-1).flatten(-2).long()
+    R = s_row.shape[-1]
+    if pair_rows:
+        codes = torch.stack((data & 0xF, data >> 4), dim=-2).flatten(-3, -2)[..., :R, :].long()
+    else:
+        codes = torch.stack((data & 0xF, data >> 4), dim=-1).flatten(-2).long()
     m = codes & 7  # e2m1 magnitude: m/2 for the subnormals 0, 1; else 2^(m//2 - 1) * (1 + (m % 2) / 2)
     mag = torch.where(m < 2, m * 0.5, torch.exp2((m // 2 - 1).float()) * (1 + (m % 2) * 0.5)).float()
     val = torch.where((codes & 8) != 0, -mag, mag)

@@ -21,8 +21,11 @@ with a conversion of the tile between them (sm_90 compile of GDN's step at L = 8
 tile reductions 5 -> 4 as without a copy, no tile conversion). H100, batch 256, L = 8, step (non-flush) us, value-
 major -> key-major in the same run (2026-12-06): GDN 560.8 (367.9) -> 494.6 (286.5), KDA 286.8 (183.1) -> 270.5
 (151.9). 16-bit copies stay value-major: key-major their flushing rows got slower than the reads got faster (GDN
-560.1 -> 569.5 us, KDA 289.3 -> 310.1, runs minutes apart on one H100). 4-bit codes pack two keys a byte and stay
-value-major.
+560.1 -> 569.5 us, KDA 289.3 -> 310.1, runs minutes apart on one H100). 4-bit copies of ``kv`` states are key-major
+too: their codes then pair values (two a byte, ``quant.py``) and their block scales are stored ``[KP / 16, V]``, each
+loaded in the tile's layout; value-major, the codes packed two keys a byte and were unpacked as ``[V, K]`` and
+transposed (sm_90 compile of the steps at L = 16, value-major -> key-major: GDN 2 -> 0 tile conversions, SASS
+6064 -> 5640 instructions, spills 364 -> 442 bytes; KDA 4 -> 2 conversions, as its fp8 step, 7072 -> 6728).
 
 # NOTE [checkpoint dtype]
 ``checkpoint_dtype`` (bf16/fp16) narrows the checkpoint of a float32 user state: the object then
@@ -113,7 +116,7 @@ class ReplayState:
         if self.num_heads % self.num_k_heads:
             raise ReplayError(f"{self.num_heads} value heads is not a multiple of k_heads={self.num_k_heads}")
         self.compute_dtype = compute_dtype(self.state.dtype)
-        self.read_format = quant.read_format(read_dtype)
+        self.read_format = quant.read_format(read_dtype, layout)
         self.stochastic_rounding, self.seed, self.validate = stochastic_rounding, int(seed), validate
         # delta-rule folds replay raw inputs when reads are approximate (REPLAYSSM.md section 4)
         self.raw_fold = self.family.delta and self.read_format is not None
@@ -158,8 +161,7 @@ class ReplayState:
         self.tickets = torch.zeros(N, dtype=torch.int32, device=dev)
         self.read = None
         if self.read_format is not None:
-            self.read = self.read_format.alloc(self.read_view(self.state).shape, dev,
-                                               column_major=self.read_format.key_major(self.layout))
+            self.read = self.read_format.alloc(self.read_view(self.state).shape, dev)
             for name, part in self.read_format.quantize(self.read_view(self.state).float()).items():
                 self.read[name].copy_(part)
 

@@ -1,12 +1,13 @@
 """Read-copy tiles inside a kernel: dequantize on load, re-quantize at a flush (formats of ``runtime/quant.py``).
 
 Tiles are handled in the ``[K, V]`` orientation of the math. A read copy's scales run along keys, so a program
-owning value columns ``offs_v`` (and, as every program does, all keys) owns whole scale rows. 16-bit and fp8 data
-are stored value-major (``[V, K]`` per head) or key-major (``[K, V]``), as ``quant.ReadFormat.key_major`` decides
-(NOTE [read copy orientation] in ``runtime/state.py``); launchers read which from the data's strides (``key_major``).
+owning value columns ``offs_v`` (and, as every program does, all keys) owns whole scale rows. Data are stored
+value-major (``[V, K]`` per head) or key-major (``[K, V]``; 4-bit codes then pair values), as
+``quant.ReadFormat.key_major`` says (NOTE [read copy orientation] in ``runtime/state.py``); launchers read which from
+the data (``key_major``).
 
 Format codes: 0 none, 1 bf16/fp16 (plain cast), 2 fp8-e4m3 + fp32 row scale, 3 e2m1 (two codes a byte,
-low nibble = even key) + e4m3 block scale per 16 + fp32 row scale. Divisions use ``tl.div_rn`` so
+low nibble = even key, or even value where key-major) + e4m3 block scale per 16 keys + fp32 row scale. Divisions use ``tl.div_rn`` so
 scales and codes match torch's IEEE division bit for bit (row scales multiply by ``1 / qmax`` in fp32,
 as ``quant._row_scale`` does).
 
@@ -35,8 +36,11 @@ FP4_MAX = tl.constexpr(6.0)
 
 
 def key_major(read: dict) -> bool:
-    """Whether a read copy's 16-bit or fp8 data (seen ``[..., V, K]``) is stored key-major: the launchers' constexpr."""
-    return "data" in read and read["data"].dtype != torch.uint8 and read["data"].stride(-1) != 1
+    """Whether a read copy (seen ``[..., V, K]``) is stored key-major: the launchers' constexpr. 4-bit codes tell by
+    their packing (key-major pairs rows, so a row holds all padded keys), which holds for every ``V``."""
+    if "block_scale" in read:
+        return read["data"].shape[-1] == read["block_scale"].shape[-1] * 16
+    return "data" in read and read["data"].stride(-1) != 1
 
 
 @triton.jit
@@ -107,16 +111,71 @@ def _data_offsets(head_off, offs_k, offs_v, K: tl.constexpr, V: tl.constexpr, KE
 
 
 @triton.jit
+def _byte_columns(offs_v, BV: tl.constexpr):
+    """``[BV / 2]`` byte columns of a key-major 4-bit tile: values ``2i, 2i + 1`` share byte ``i`` (tiles start even)."""
+    # a fresh arange (offs_v's layout stays its own); even byte pairs let a thread load 2 bytes (4 values) at once
+    return tl.multiple_of(tl.min(offs_v, 0) // 2, 2) + tl.arange(0, BV // 2)
+
+
+@triton.jit
+def _load_fp4_key_major(data, row_scale, block_scale, head_off, offs_k, offs_v, mask_kv,
+                        K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr):
+    """Dequantized ``[BK, BV]`` tile of a key-major 4-bit copy: bytes ``[KP, ceil(V / 2)]`` (low nibble = even
+    value) and block scales ``[KP / 16, V]`` per head, each loaded 2 / 4 columns a thread so that the tile takes the
+    fp32 checkpoint tile's layout (as ``_data_offsets``)."""
+    KP: tl.constexpr = (K + 15) // 16 * 16
+    VP: tl.constexpr = (V + 1) // 2
+    NB: tl.constexpr = KP // 16
+    cols = _byte_columns(offs_v, BV)
+    mask = (offs_k < K)[:, None] & (cols < VP)[None, :]
+    byte = tl.load(data + tl.max_contiguous(head_off * KP * VP + offs_k[:, None] * VP + cols[None, :], [1, 2]),
+                   mask=mask, other=0).to(tl.int32)
+    code = tl.reshape(tl.join(byte & 0xF, byte >> 4), (BK, BV))
+    blk = tl.arange(0, BK // 16)
+    b = tl.load(block_scale + head_off * NB * V + blk[:, None] * V + offs_v[None, :],
+                mask=(blk < NB)[:, None] & (offs_v < V)[None, :], other=0.0).to(tl.float32)
+    s = tl.load(row_scale + head_off * V + offs_v, mask=offs_v < V, other=1.0)
+    scale = b * (s * 16384.0)[None, :]  # NOTE [e2m1 as fp16 bits]
+    return tl.reshape(tl.reshape(_e2m1_value_over_2p14(code), (BK // 16, 16, BV)) * scale[:, None, :], (BK, BV))
+
+
+@triton.jit
+def _store_fp4_key_major(x, data, row_scale, block_scale, head_off, offs_k, offs_v,
+                         K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr):
+    """Quantize ``x [BK, BV]`` (0 outside the state) into a key-major 4-bit copy (:func:`_load_fp4_key_major`)."""
+    KP: tl.constexpr = (K + 15) // 16 * 16
+    VP: tl.constexpr = (V + 1) // 2
+    NB: tl.constexpr = KP // 16
+    s = _row_scale(tl.max(tl.abs(x), 0), FP4_MAX * FP8_MAX)
+    inv_s = _reciprocal(s)[None, :]  # NOTE [read-copy reciprocals]
+    blocks = tl.reshape(x, (BK // 16, 16, BV))
+    b8 = (tl.max(tl.abs(blocks), 1) * inv_s * (1.0 / FP4_MAX)).to(tl.float8e4nv)  # [BK / 16, BV]
+    y = tl.abs(blocks) * (_e4m3_reciprocal(b8) * inv_s)[:, None, :]
+    code = tl.reshape(_e2m1_magnitude_code(y) | ((blocks < 0).to(tl.int32) << 3), (BK, BV))
+    lo, hi = tl.split(tl.reshape(code, (BK, BV // 2, 2)))
+    cols = _byte_columns(offs_v, BV)
+    tl.store(data + head_off * KP * VP + offs_k[:, None] * VP + cols[None, :], (lo | (hi << 4)).to(tl.uint8),
+             mask=(offs_k < KP)[:, None] & (cols < VP)[None, :])
+    blk = tl.arange(0, BK // 16)
+    tl.store(block_scale + head_off * NB * V + blk[:, None] * V + offs_v[None, :], b8,
+             mask=(blk < NB)[:, None] & (offs_v < V)[None, :])
+    tl.store(row_scale + head_off * V + offs_v, s, mask=offs_v < V)
+
+
+@triton.jit
 def load_read_tile(data, row_scale, block_scale, head_off, offs_k, offs_v, mask_kv,
                    K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
                    READ: tl.constexpr, KEY_MAJOR: tl.constexpr, CD: tl.constexpr):
     """Dequantized ``[BK, BV]`` tile of one (slot, head) at keys ``offs_k`` and values ``offs_v``.
 
-    ``head_off`` is the (slot, head) index ``slot * Hv + h``. 16-bit and fp8 copies are loaded in the
-    ``[K, V]`` orientation directly; e2m1 codes are unpacked along keys as ``[BV, BK]`` and transposed.
+    ``head_off`` is the (slot, head) index ``slot * Hv + h``. Key-major copies and 16-bit / fp8 value-major ones
+    are loaded in the ``[K, V]`` orientation directly; value-major e2m1 codes are unpacked along keys as
+    ``[BV, BK]`` and transposed.
     """
     vmask = offs_v < V
-    if READ == 3:
+    if (READ == 3) & KEY_MAJOR:
+        x = _load_fp4_key_major(data, row_scale, block_scale, head_off, offs_k, offs_v, mask_kv, K, V, BK, BV)
+    elif READ == 3:
         KP: tl.constexpr = (K + 15) // 16 * 16
         half = tl.arange(0, BK // 2)
         byte = tl.load(data + head_off * V * (KP // 2) + offs_v[:, None] * (KP // 2) + half[None, :],
@@ -151,6 +210,8 @@ def store_read_tile(stored, data, row_scale, block_scale, head_off, offs_k, offs
         q = (x * _reciprocal(s)[None, :]).to(tl.float8e4nv)  # NOTE [read-copy reciprocals]
         tl.store(data + _data_offsets(head_off, offs_k, offs_v, K, V, KEY_MAJOR), q, mask=mask_kv)
         tl.store(row_scale + head_off * V + offs_v, s, mask=vmask)
+    elif (READ == 3) & KEY_MAJOR:
+        _store_fp4_key_major(x, data, row_scale, block_scale, head_off, offs_k, offs_v, K, V, BK, BV)
     elif READ == 3:
         phys = tl.trans(x)  # [BV, BK]: e2m1 blocks of 16 keys
         KP: tl.constexpr = (K + 15) // 16 * 16
