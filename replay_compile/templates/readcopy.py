@@ -120,9 +120,10 @@ def _byte_columns(offs_v, BV: tl.constexpr):
 @triton.jit
 def _load_fp4_key_major(data, row_scale, block_scale, head_off, offs_k, offs_v, mask_kv,
                         K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr):
-    """Dequantized ``[BK, BV]`` tile of a key-major 4-bit copy: bytes ``[KP, ceil(V / 2)]`` (low nibble = even
-    value) and block scales ``[KP / 16, V]`` per head, each loaded 2 / 4 columns a thread so that the tile takes the
-    fp32 checkpoint tile's layout (as ``_data_offsets``)."""
+    """Dequantized ``[BK, BV]`` tile of a key-major 4-bit copy: bytes ``[KP, ceil(V / 2)]`` per head (low nibble =
+    even value), loaded 2 a thread so that the unpacked tile takes the fp32 checkpoint tile's layout (4 values a
+    thread, as ``_data_offsets``), times block scales ``[KP / 16, V]`` broadcast over their 16 keys. Lanes outside
+    the state are undefined (no fp8 ``other``): ``load_read_tile`` zeroes them."""
     KP: tl.constexpr = (K + 15) // 16 * 16
     VP: tl.constexpr = (V + 1) // 2
     NB: tl.constexpr = KP // 16
@@ -133,7 +134,7 @@ def _load_fp4_key_major(data, row_scale, block_scale, head_off, offs_k, offs_v, 
     code = tl.reshape(tl.join(byte & 0xF, byte >> 4), (BK, BV))
     blk = tl.arange(0, BK // 16)
     b = tl.load(block_scale + head_off * NB * V + blk[:, None] * V + offs_v[None, :],
-                mask=(blk < NB)[:, None] & (offs_v < V)[None, :], other=0.0).to(tl.float32)
+                mask=(blk < NB)[:, None] & (offs_v < V)[None, :]).to(tl.float32)
     s = tl.load(row_scale + head_off * V + offs_v, mask=offs_v < V, other=1.0)
     scale = b * (s * 16384.0)[None, :]  # NOTE [e2m1 as fp16 bits]
     return tl.reshape(tl.reshape(_e2m1_value_over_2p14(code), (BK // 16, 16, BV)) * scale[:, None, :], (BK, BV))
