@@ -10,8 +10,8 @@
 #   gdn     GDN verify tilings around the default (T = 8 stood at 1.36x one standard step on an H100; asked <= 1.3x)
 #   kda     KDA's first timing of the 1-warp verify forms
 #   spec    issue 6's speculative grid at batch 256 with the default verify
-#   copies  read-copy steps of GDN / KDA with the non-flush loop pipelined (2 stages) and the flush fold unrolled
-#           by 8: both lost before the fp8 copies went key-major (NOTE [two row loops], NOTE [fold unrolling])
+#   copies  read-copy steps of GDN / KDA with the non-flush loop pipelined (2 stages), which lost before the fp8 copies
+#           went key-major (NOTE [two row loops]), and fp8 tiles of 64 values on 2 or 4 warps (more bytes in flight)
 # TESTS=copies narrows the tests part to the read-copy tests.
 # Usage: [PARTS="tests gdn kda copies spec"] [TESTS=copies] bash benchmarks/gpu/verify_next.sh [commit]   (writes under $OUT)
 set -u
@@ -30,8 +30,11 @@ has gdn && TAIL=20 part gdn 150 python3 benchmarks/tune_replay.py --shapes qwen3
 has kda && TAIL=12 part kda 120 python3 benchmarks/tune_replay.py --shapes kimi-linear-kda --batch 256 --no-steps \
   --verify 8,4 --verify-window 16 --verify-form "tokens;chunked:dot=bf16x3,$ONE,kc=16;chunked:dot=bf16x2,$ONE,kc=16" \
   --out "$OUT/verify_kda.json"
-has copies && TAIL=40 part copies 200 python3 benchmarks/tune_replay.py --shapes qwen3.5-122b-gdn,kimi-linear-kda \
-  --batch 256 --read fp8,fp4 --window 8 --stages=-1,2 --fold-unroll 0,8 --out "$OUT/copies.json"
+COPY_SHAPES="--shapes qwen3.5-122b-gdn,kimi-linear-kda --batch 256 --window 8 --stages=-1,2"
+has copies && TAIL=24 part copies 150 python3 benchmarks/tune_replay.py $COPY_SHAPES --read fp8,fp4 \
+  --out "$OUT/copies.json"
+has copies && TAIL=16 part copies_bv64 100 python3 benchmarks/tune_replay.py $COPY_SHAPES --read fp8 --block-v 64 \
+  --warps 2,4 --out "$OUT/copies_bv64.json"
 has spec && TAIL=40 part spec 150 python3 -m replay_compile.cli bench spec --T 1,2,4,8 --batch 256 \
   --acceptance 0.5,0.8,1.0,text --window 8 --steps 8 --out "$OUT/spec_grid_256.json"
 echo total $SECONDS
