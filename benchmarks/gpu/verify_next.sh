@@ -11,7 +11,7 @@
 #   kda     KDA's first timing of the 1-warp verify forms
 #   spec    issue 6's speculative grid at batch 256 with the default verify
 #   copies  read-copy steps of GDN / KDA with the non-flush loop pipelined (2 stages), which lost before the fp8 copies
-#           went key-major (NOTE [two row loops]), and fp8 tiles of 64 values on 2 or 4 warps (more bytes in flight)
+#           went key-major (NOTE [two row loops]), and fp8 tiles of 64 values on 4 warps (more bytes in flight)
 # TESTS=copies narrows the tests part to the read-copy tests.
 # Usage: [PARTS="tests gdn kda copies spec"] [TESTS=copies] bash benchmarks/gpu/verify_next.sh [commit]   (writes under $OUT)
 set -u
@@ -21,7 +21,7 @@ PARTS=${PARTS:-"tests gdn kda copies spec"}
 has() { [[ " $PARTS " == *" $1 "* ]]; }
 COPY_TESTS="read_copies_and_rounding_gpu or two_row_loops_short_last_program_gpu or e2m1 or e4m3"
 VERIFY_TESTS="chunked_verify_gpu_fp32_activations or (chunked_verify_gpu and (gdn or kda))"
-has tests && TAIL=20 part tests 200 python3 -m pytest -m "gpu or not slow" tests/test_kernels.py -q -p no:cacheprovider \
+has tests && TAIL=20 part tests 150 python3 -m pytest -m "gpu or not slow" tests/test_kernels.py -q -p no:cacheprovider \
   --tb=line -k "$([ "${TESTS:-all}" = copies ] && echo "$COPY_TESTS" || echo "$COPY_TESTS or $VERIFY_TESTS")"
 ONE="nw=1,bt=8"
 GDN_FORMS=${GDN_FORMS:-"tokens;chunked:dot=bf16x3,$ONE,kc=16;chunked:dot=bf16x3,$ONE,kc=32;chunked:dot=bf16x3,$ONE,kc=16,bv=32;chunked:dot=bf16x2,$ONE,kc=32;chunked:dot=bf16x3,$ONE,kc=16,bv=128;chunked:dot=bf16x3,$ONE,kc=16,mr=128"}
@@ -31,10 +31,10 @@ has kda && TAIL=12 part kda 120 python3 benchmarks/tune_replay.py --shapes kimi-
   --verify 8,4 --verify-window 16 --verify-form "tokens;chunked:dot=bf16x3,$ONE,kc=16;chunked:dot=bf16x2,$ONE,kc=16" \
   --out "$OUT/verify_kda.json"
 COPY_SHAPES="--shapes qwen3.5-122b-gdn,kimi-linear-kda --batch 256 --window 8 --stages=-1,2"
-has copies && TAIL=24 part copies 150 python3 benchmarks/tune_replay.py $COPY_SHAPES --read fp8,fp4 \
+has copies && TAIL=24 part copies 130 python3 benchmarks/tune_replay.py $COPY_SHAPES --read fp8,fp4 \
   --out "$OUT/copies.json"
-has copies && TAIL=16 part copies_bv64 100 python3 benchmarks/tune_replay.py $COPY_SHAPES --read fp8 --block-v 64 \
-  --warps 2,4 --out "$OUT/copies_bv64.json"
+has copies && TAIL=16 part copies_bv64 70 python3 benchmarks/tune_replay.py $COPY_SHAPES --read fp8 --block-v 64 \
+  --warps 4 --out "$OUT/copies_bv64.json"
 has spec && TAIL=40 part spec 150 python3 -m replay_compile.cli bench spec --T 1,2,4,8 --batch 256 \
   --acceptance 0.5,0.8,1.0,text --window 8 --steps 8 --out "$OUT/spec_grid_256.json"
 echo total $SECONDS
