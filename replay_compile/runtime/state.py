@@ -25,7 +25,9 @@ major -> key-major in the same run (2026-12-06): GDN 560.8 (367.9) -> 494.6 (286
 too: their codes then pair values (two a byte, ``quant.py``) and their block scales are stored ``[KP / 16, V]``, each
 loaded in the tile's layout; value-major, the codes packed two keys a byte and were unpacked as ``[V, K]`` and
 transposed (sm_90 compile of the steps at L = 16, value-major -> key-major: GDN 2 -> 0 tile conversions, SASS
-6064 -> 5640 instructions, spills 364 -> 442 bytes; KDA 4 -> 2 conversions, as its fp8 step, 7072 -> 6728).
+6064 -> 5640 instructions, spills 364 -> 442 bytes; KDA 4 -> 2 conversions, as its fp8 step, 7072 -> 6728). H100,
+batch 256, L = 16, step (non-flush) us, same run (2026-12-07): GDN 655.5 (392.4) -> 616.6 (349.6), KDA 394.0
+(230.6) -> 353.1 (179.2).
 
 # NOTE [checkpoint dtype]
 ``checkpoint_dtype`` (bf16/fp16) narrows the checkpoint of a float32 user state: the object then
