@@ -1,19 +1,17 @@
 #!/usr/bin/env bash
-# What the default verify (templates/verify.py NOTE [default verify]) still needs from a GPU, in parts (in this
-# order: a call cut at its limit keeps the parts it finished; ~10 min in all). The twenty-eighth session ran the
-# read-copy tests on an H100 (BENCHMARKS.md) and timed its copy changes beside their former forms (variants.sh on
-# the experiment patches of 2026-12-06).
-#   tests   GPU tests of the read copies (key-major fp8 copies of kv states, NOTE [read copy orientation]; 4-bit
-#           decode and reciprocals, NOTE [e2m1 as fp16 bits], NOTE [read-copy reciprocals]), the fp32-activation
-#           verify tests that would let fp32 activations into the default table, and the chunked verify's GDN / KDA
-#           tilings timed below
+# What the default verify (templates/verify.py NOTE [default verify]) and the read copies still need from a GPU, in
+# parts (in this order: a call cut at its limit keeps the parts it finished; ~10 min in all). The twenty-ninth
+# session ran the read-copy tests on an H100 (key-major 4-bit copies, 9 passed) and timed that change beside its
+# former form (BENCHMARKS.md); nothing else here has run yet.
+#   tests   the fp32-activation verify tests that would let fp32 activations into the default table, and the
+#           chunked verify's GDN / KDA tilings timed below (TESTS=copies: the read-copy tests instead, TESTS=all: both)
 #   gdn     GDN verify tilings around the default (T = 8 stood at 1.36x one standard step on an H100; asked <= 1.3x)
 #   kda     KDA's first timing of the 1-warp verify forms
-#   spec    issue 6's speculative grid at batch 256 with the default verify
-#   copies  read-copy steps of GDN / KDA with the non-flush loop pipelined (2 stages), which lost before the fp8 copies
+#   copies  read-copy steps of GDN / KDA with the non-flush loop pipelined (2 stages), which lost before the copies
 #           went key-major (NOTE [two row loops]), and fp8 tiles of 64 values on 4 warps (more bytes in flight)
-# TESTS=copies narrows the tests part to the read-copy tests.
-# Usage: [PARTS="tests gdn kda copies spec"] [TESTS=copies] bash benchmarks/gpu/verify_next.sh [commit]   (writes under $OUT)
+#   spec    issue 6's speculative grid at batch 256 with the default verify
+# Usage: [PARTS="tests gdn kda copies spec"] [TESTS=verify|copies|all] bash benchmarks/gpu/verify_next.sh [commit]
+# (writes under $OUT)
 set -u
 source "$(dirname "$0")/part.sh"
 gpu_setup verify_next_log.txt "${1:-}"
@@ -22,7 +20,8 @@ has() { [[ " $PARTS " == *" $1 "* ]]; }
 COPY_TESTS="read_copies_and_rounding_gpu or two_row_loops_short_last_program_gpu or e2m1 or e4m3"
 VERIFY_TESTS="chunked_verify_gpu_fp32_activations or (chunked_verify_gpu and (gdn or kda))"
 has tests && TAIL=20 part tests 150 python3 -m pytest -m "gpu or not slow" tests/test_kernels.py -q -p no:cacheprovider \
-  --tb=line -k "$([ "${TESTS:-all}" = copies ] && echo "$COPY_TESTS" || echo "$COPY_TESTS or $VERIFY_TESTS")"
+  --tb=line -k "$(case ${TESTS:-verify} in copies) echo "$COPY_TESTS" ;; all) echo "$COPY_TESTS or $VERIFY_TESTS" ;;
+                   *) echo "$VERIFY_TESTS" ;; esac)"
 ONE="nw=1,bt=8"
 GDN_FORMS=${GDN_FORMS:-"tokens;chunked:dot=bf16x3,$ONE,kc=16;chunked:dot=bf16x3,$ONE,kc=32;chunked:dot=bf16x3,$ONE,kc=16,bv=32;chunked:dot=bf16x2,$ONE,kc=32;chunked:dot=bf16x3,$ONE,kc=16,bv=128;chunked:dot=bf16x3,$ONE,kc=16,mr=128"}
 has gdn && TAIL=20 part gdn 150 python3 benchmarks/tune_replay.py --shapes qwen3.5-122b-gdn --batch 256 --no-steps \
