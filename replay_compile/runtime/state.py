@@ -23,11 +23,11 @@ major -> key-major in the same run (2026-12-06): GDN 560.8 (367.9) -> 494.6 (286
 (151.9). 16-bit copies stay value-major: key-major their flushing rows got slower than the reads got faster (GDN
 560.1 -> 569.5 us, KDA 289.3 -> 310.1, runs minutes apart on one H100). 4-bit copies of ``kv`` states are key-major
 too: their codes then pair values (two a byte, ``quant.py``), load in the tile's layout, and meet block scales
-stored ``[KP / 16, V]``, broadcast over their 16 keys; value-major, the codes packed two keys a byte and were unpacked as ``[V, K]`` and
-transposed (sm_90 compile of the steps at L = 16, value-major -> key-major: GDN 2 -> 0 tile conversions, SASS
-6064 -> 5640 instructions, spills 364 -> 442 bytes; KDA 4 -> 2 conversions, as its fp8 step, 7072 -> 6728). H100,
-batch 256, L = 16, step (non-flush) us, same run (2026-12-07): GDN 655.5 (392.4) -> 616.6 (349.6), KDA 394.0
-(230.6) -> 353.1 (179.2).
+stored ``[KP / 16, V]``, broadcast over their 16 keys; value-major, the codes packed two keys a byte and were
+unpacked as ``[V, K]`` and transposed (sm_90 compile of the steps at L = 16, value-major -> key-major: GDN 2 -> 0
+tile conversions, SASS 6064 -> 5640 instructions, spills 364 -> 442 bytes; KDA 4 -> 2 conversions, as its fp8 step,
+7072 -> 6728). H100, batch 256, L = 16, step (non-flush) us, same run (2026-12-07): GDN 655.5 (392.4) -> 616.6
+(349.6), KDA 394.0 (230.6) -> 353.1 (179.2).
 
 # NOTE [checkpoint dtype]
 ``checkpoint_dtype`` (bf16/fp16) narrows the checkpoint of a float32 user state: the object then

@@ -7,9 +7,9 @@ value-major (``[V, K]`` per head) or key-major (``[K, V]``; 4-bit codes then pai
 the data (``key_major``).
 
 Format codes: 0 none, 1 bf16/fp16 (plain cast), 2 fp8-e4m3 + fp32 row scale, 3 e2m1 (two codes a byte,
-low nibble = even key, or even value where key-major) + e4m3 block scale per 16 keys + fp32 row scale. Divisions use ``tl.div_rn`` so
-scales and codes match torch's IEEE division bit for bit (row scales multiply by ``1 / qmax`` in fp32,
-as ``quant._row_scale`` does).
+low nibble = even key, or even value where key-major) + e4m3 block scale per 16 keys + fp32 row scale. Divisions
+use ``tl.div_rn`` so scales and codes match torch's IEEE division bit for bit (row scales multiply by ``1 / qmax``
+in fp32, as ``quant._row_scale`` does).
 
 NOTE [read-copy reciprocals]: a flushing program re-quantizes its tile (4K values) with IEEE divisions by row
 only (``tl.div_rn(1, s)``, as ``torch.reciprocal``) and multiplies per value: on sm_90 each ``div.rn.f32`` is a
@@ -26,7 +26,6 @@ per-block divisions spilled).
 """
 from __future__ import annotations
 
-import torch
 import triton
 import triton.language as tl
 
@@ -112,9 +111,28 @@ def _data_offsets(head_off, offs_k, offs_v, K: tl.constexpr, V: tl.constexpr, KE
 
 @triton.jit
 def _byte_columns(offs_v, BV: tl.constexpr):
-    """``[BV / 2]`` byte columns of a key-major 4-bit tile: values ``2i, 2i + 1`` share byte ``i`` (tiles start even)."""
-    # a fresh arange (offs_v's layout stays its own); even byte pairs let a thread load 2 bytes (4 values) at once
+    """``[BV / 2]`` byte columns of a key-major 4-bit tile: values ``2i, 2i + 1`` share byte ``i`` (tiles start
+    even). A fresh arange (``offs_v``'s layout stays its own); even byte pairs let a thread load 2 bytes at once."""
     return tl.multiple_of(tl.min(offs_v, 0) // 2, 2) + tl.arange(0, BV // 2)
+
+
+@triton.jit
+def _fp4_key_major_bytes(head_off, offs_k, offs_v, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr):
+    """Offsets ``[BK, BV / 2]`` of a key-major 4-bit tile's code bytes (``[KP, ceil(V / 2)]`` per head) and
+    ``[1, BV / 2]`` which byte columns exist."""
+    KP: tl.constexpr = (K + 15) // 16 * 16
+    VP: tl.constexpr = (V + 1) // 2
+    cols = _byte_columns(offs_v, BV)
+    return head_off * KP * VP + offs_k[:, None] * VP + cols[None, :], (cols < VP)[None, :]
+
+
+@triton.jit
+def _fp4_key_major_blocks(head_off, offs_v, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr):
+    """Offsets ``[BK / 16, BV]`` of a key-major 4-bit tile's block scales (``[KP / 16, V]`` per head), and which
+    exist."""
+    NB: tl.constexpr = (K + 15) // 16
+    blk = tl.arange(0, BK // 16)
+    return head_off * NB * V + blk[:, None] * V + offs_v[None, :], (blk < NB)[:, None] & (offs_v < V)[None, :]
 
 
 @triton.jit
@@ -124,17 +142,12 @@ def _load_fp4_key_major(data, row_scale, block_scale, head_off, offs_k, offs_v, 
     even value), loaded 2 a thread so that the unpacked tile takes the fp32 checkpoint tile's layout (4 values a
     thread, as ``_data_offsets``), times block scales ``[KP / 16, V]`` broadcast over their 16 keys. Lanes outside
     the state are undefined (no fp8 ``other``): ``load_read_tile`` zeroes them."""
-    KP: tl.constexpr = (K + 15) // 16 * 16
-    VP: tl.constexpr = (V + 1) // 2
-    NB: tl.constexpr = KP // 16
-    cols = _byte_columns(offs_v, BV)
-    mask = (offs_k < K)[:, None] & (cols < VP)[None, :]
-    byte = tl.load(data + tl.max_contiguous(head_off * KP * VP + offs_k[:, None] * VP + cols[None, :], [1, 2]),
-                   mask=mask, other=0).to(tl.int32)
+    byte_off, cols_in = _fp4_key_major_bytes(head_off, offs_k, offs_v, K, V, BV)
+    byte = tl.load(data + tl.max_contiguous(byte_off, [1, 2]), mask=(offs_k < K)[:, None] & cols_in,
+                   other=0).to(tl.int32)
     code = tl.reshape(tl.join(byte & 0xF, byte >> 4), (BK, BV))
-    blk = tl.arange(0, BK // 16)
-    b = tl.load(block_scale + head_off * NB * V + blk[:, None] * V + offs_v[None, :],
-                mask=(blk < NB)[:, None] & (offs_v < V)[None, :]).to(tl.float32)
+    blk_off, blk_in = _fp4_key_major_blocks(head_off, offs_v, K, V, BK)
+    b = tl.load(block_scale + blk_off, mask=blk_in).to(tl.float32)
     s = tl.load(row_scale + head_off * V + offs_v, mask=offs_v < V, other=1.0)
     scale = b * (s * 16384.0)[None, :]  # NOTE [e2m1 as fp16 bits]
     return tl.reshape(tl.reshape(_e2m1_value_over_2p14(code), (BK // 16, 16, BV)) * scale[:, None, :], (BK, BV))
@@ -144,9 +157,6 @@ def _load_fp4_key_major(data, row_scale, block_scale, head_off, offs_k, offs_v, 
 def _store_fp4_key_major(x, data, row_scale, block_scale, head_off, offs_k, offs_v,
                          K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr):
     """Quantize ``x [BK, BV]`` (0 outside the state) into a key-major 4-bit copy (:func:`_load_fp4_key_major`)."""
-    KP: tl.constexpr = (K + 15) // 16 * 16
-    VP: tl.constexpr = (V + 1) // 2
-    NB: tl.constexpr = KP // 16
     s = _row_scale(tl.max(tl.abs(x), 0), FP4_MAX * FP8_MAX)
     inv_s = _reciprocal(s)[None, :]  # NOTE [read-copy reciprocals]
     blocks = tl.reshape(x, (BK // 16, 16, BV))
@@ -154,12 +164,11 @@ def _store_fp4_key_major(x, data, row_scale, block_scale, head_off, offs_k, offs
     y = tl.abs(blocks) * (_e4m3_reciprocal(b8) * inv_s)[:, None, :]
     code = tl.reshape(_e2m1_magnitude_code(y) | ((blocks < 0).to(tl.int32) << 3), (BK, BV))
     lo, hi = tl.split(tl.reshape(code, (BK, BV // 2, 2)))
-    cols = _byte_columns(offs_v, BV)
-    tl.store(data + head_off * KP * VP + offs_k[:, None] * VP + cols[None, :], (lo | (hi << 4)).to(tl.uint8),
-             mask=(offs_k < KP)[:, None] & (cols < VP)[None, :])
-    blk = tl.arange(0, BK // 16)
-    tl.store(block_scale + head_off * NB * V + blk[:, None] * V + offs_v[None, :], b8,
-             mask=(blk < NB)[:, None] & (offs_v < V)[None, :])
+    byte_off, cols_in = _fp4_key_major_bytes(head_off, offs_k, offs_v, K, V, BV)
+    KP: tl.constexpr = (K + 15) // 16 * 16
+    tl.store(data + byte_off, (lo | (hi << 4)).to(tl.uint8), mask=(offs_k < KP)[:, None] & cols_in)  # pad keys: 0
+    blk_off, blk_in = _fp4_key_major_blocks(head_off, offs_v, K, V, BK)
+    tl.store(block_scale + blk_off, b8, mask=blk_in)
     tl.store(row_scale + head_off * V + offs_v, s, mask=offs_v < V)
 
 
