@@ -612,12 +612,30 @@ def test_default_verify_tilings_passed_the_gpu_tests():
     bf16 activations; test_chunked_verify_gpu_fp32_activations gives them fp32 ones)."""
     from replay_compile.templates import verify
 
-    families = {"scalar": {False: ["nemotron3-super-mamba2"], True: ["qwen3.5-122b-gdn"]}}
+    families = {"scalar": {False: ["nemotron3-super-mamba2"], True: ["qwen3.5-122b-gdn"]},
+                "channel": {True: ["kimi-linear-kda"]}}
+    fp32_tested = {"nemotron3-super-mamba2", "qwen3.5-122b-gdn"}  # test_chunked_verify_gpu_fp32_activations' shapes
     assert verify._DEFAULT_TILING, "the table is empty: update this test and NOTE [default verify]"
     for (decay, delta, act), tile in verify._DEFAULT_TILING.items():
         for name in families[decay][delta]:
+            assert act == torch.bfloat16 or name in fp32_tested, (name, act)
             tested = _VERIFY_TILINGS[name] if act == torch.bfloat16 else _FP32_ACTIVATION_TILINGS
             assert dict(tile, token_tile=8) in tested, (name, act, tile)
+
+
+def test_default_verify_fewest_tokens():
+    """KDA's chunked verify is the default from 8 drafts only (its token loop is faster at 4: NOTE [default
+    verify]); scalar decay takes it from 2, on bf16 and fp32 activations alike."""
+    from replay_compile.templates import replay, verify
+
+    spec = replay.ReplaySpec(decay="channel", delta=True, raw=False, layout="kv", window=16, k_heads=2,
+                             read_format=None, stochastic_rounding=False, seed=0)
+    default = lambda T, act=torch.bfloat16, **kw: verify.default_tiling(
+        dataclasses.replace(spec, **kw), T, torch.float32, act, commit=False, force_flush=False)
+    assert [T for T in range(1, 10) if default(T)] == [8]
+    assert not default(8, torch.float32)
+    for act in (torch.bfloat16, torch.float32):
+        assert [T for T in range(1, 10) if default(T, act, decay="scalar")] == list(range(2, 9))
 
 
 @pytest.mark.gpu

@@ -388,25 +388,33 @@ _UPD = {"tf32": "tf32x3", "bf16": "bf16x3", "bf16x2": "bf16x3"}
 
 # NOTE [default verify]
 # A call takes this template by default where this table lists a tiling for its (decay, delta rule, activations'
-# dtype), with an fp32 compute dtype without a read copy (a 16-bit checkpoint too) and T <= 8 drafts (padded to 8);
-# every other verify takes the replay template's token loop. bf16 queries and keys enter the bf16 products as they
-# are; fp32 ones (what the transformers integration hands the ops) as parts too, so they are listed apart.
-# Entries are tilings that passed the GPU tests (``_VERIFY_TILINGS`` in tests/test_kernels.py, which a CPU test
-# checks) and beat the token loop at T = 8 and 4 (H100, batch 256, L = 16 + T, bf16 activations; us, x one
-# standard step; ``benchmarks/gpu/default_verify.sh``, 2026-12-06, BENCHMARKS.md):
-#   Mamba-2 (scalar decay): token loop 1591 (2.21x) / 851; bf16x2 885 (1.23x) / 726, bf16x3 950 (1.32x) / 788
-#   GDN (scalar decay, delta rule): token loop 3065 (4.18x) / 1381; bf16x3 997 (1.36x) / 875, bf16x2 1020 / 847
+# dtype), with an fp32 compute dtype without a read copy (a 16-bit checkpoint too) and from ``_FEWEST_TOKENS`` (2
+# unless listed) to 8 drafts (padded to 8); every other verify takes the replay template's token loop. bf16 queries
+# and keys enter the bf16 products as they are; fp32 ones (what the transformers integration hands the ops) as parts
+# too, so they are listed apart. Entries are tilings that passed the GPU tests (``_VERIFY_TILINGS`` and
+# ``_FP32_ACTIVATION_TILINGS`` in tests/test_kernels.py, which a CPU test checks) and beat the token loop at T = 8
+# (H100, batch 256, L = 16 + T; us, x one standard step, token loop vs tiling at T = 8 / 4; BENCHMARKS.md):
+#   Mamba-2, bf16 (2026-12-06, default_verify.sh): token loop 1591 (2.21x) / 851; bf16x2 885 (1.23x) / 726,
+#     bf16x3 950 (1.32x) / 788
+#   GDN, bf16 (same run): token loop 3065 (4.18x) / 1381; bf16x3 997 (1.36x) / 875, bf16x2 1020 / 847
+#   fp32 activations, bf16x3 (2026-12-06): Mamba-2 1545 / 862 -> 990 / 813, GDN 2643 / 1310 -> 1085 / 1012 (their
+#     GPU tests passed on 2026-12-07, verify_next.sh)
+#   KDA, bf16 (2026-12-07, verify_next.sh): token loop 1776 (4.61x) / 868; bf16x3 1184 (3.08x) / 1010, bf16x2 1248
+#     / 1023: the token loop stays faster at T = 4, hence 8 drafts the fewest (5-7 not timed)
 # bf16x2 rounds only the outputs' reads (~1e-5 of them, far under the bf16 activations' own 4e-3; the checkpoint
-# and ring stay exact, NOTE [verify product precision]); GDN takes bf16x3, fastest at T = 8 and exact. Not listed:
-# fp32 activations (timed faster too: Mamba-2 990 vs 1545 us at T = 8, GDN 1085 vs 2643; list them once
-# test_chunked_verify_gpu_fp32_activations has passed on a GPU: ``benchmarks/gpu/verify_next.sh``), no decay and
-# channel decay (not timed), T > 8 (16-token tiles at 1 warp: not timed).
+# and ring stay exact, NOTE [verify product precision]); GDN takes bf16x3, fastest at T = 8 and exact, and so do
+# fp32 activations (bf16x2 not timed there). Not listed: no decay (not timed), KDA on fp32 activations (not tested
+# on a GPU), T > 8 (16-token tiles at 1 warp: not timed).
 # ``ReplayState(verify_form=...)`` overrides the table per state (``templates/verify_forms.py``).
 _ONE_WARP = dict(key_chunk=16, num_warps=1)
 _DEFAULT_TILING: dict = {  # (decay, delta rule, activations' dtype) -> tiling keywords
     ("scalar", False, torch.bfloat16): dict(_ONE_WARP, dot="bf16x2"),
     ("scalar", True, torch.bfloat16): dict(_ONE_WARP, dot="bf16x3"),
+    ("scalar", False, torch.float32): dict(_ONE_WARP, dot="bf16x3"),
+    ("scalar", True, torch.float32): dict(_ONE_WARP, dot="bf16x3"),
+    ("channel", True, torch.bfloat16): dict(_ONE_WARP, dot="bf16x3"),
 }
+_FEWEST_TOKENS: dict = {("channel", True, torch.bfloat16): 8}  # entries whose token loop wins below this many drafts
 
 
 class VerifyTiling(NamedTuple):
@@ -438,8 +446,9 @@ def default_tiling(spec, T: int, compute_dtype: torch.dtype, activations: Option
     one dtype) in NOTE [default verify]'s table."""
     if T > 8 or not supports(spec, T, compute_dtype, commit=commit, force_flush=force_flush, materialize=False):
         return None
-    tile = _DEFAULT_TILING.get((spec.decay, spec.delta, activations))
-    return None if tile is None else dict(tile, token_tile=8)
+    key = (spec.decay, spec.delta, activations)
+    tile = _DEFAULT_TILING.get(key)
+    return None if tile is None or T < _FEWEST_TOKENS.get(key, 2) else dict(tile, token_tile=8)
 
 
 def tiling(K: int, V: int, T: int, L: int, key_chunk: Optional[int] = None, block_v: Optional[int] = None,
