@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
-# What the default verify (templates/verify.py NOTE [default verify]) and the read copies still need from a GPU, in
-# parts (in this order: a call cut at its limit keeps the parts it finished; ~10 min in all). The twenty-ninth
-# session ran the read-copy tests on an H100 (key-major 4-bit copies, 9 passed) and timed that change beside its
-# former form (BENCHMARKS.md); nothing else here has run yet.
-#   tests   the fp32-activation verify tests that would let fp32 activations into the default table, and the
+# What the default verify (templates/verify.py NOTE [default verify]) and the read copies still needed from a GPU, in
+# parts (in this order: a call cut at its limit keeps the parts it finished). All of it ran on an
+# H100 in the thirtieth session (BENCHMARKS.md, 2026-12-07): the tests passed (run with more than the former 150 s
+# box: 255 s on a cold machine), and the timings chose the default table's fp32 and KDA entries; kept to repeat them
+# after a change to these kernels.
+#   tests   the fp32-activation verify tests (the default table's fp32 entries rest on them), and the
 #           chunked verify's GDN / KDA tilings timed below (TESTS=copies: the read-copy tests instead, TESTS=all: both)
 #   gdn     GDN verify tilings around the default (T = 8 stood at 1.36x one standard step on an H100; asked <= 1.3x)
-#   kda     KDA's first timing of the 1-warp verify forms
+#   kda     KDA's 1-warp verify forms against its token loop (the default from 8 drafts)
 #   copies  read-copy steps of GDN / KDA with the non-flush loop pipelined (2 stages), which lost before the copies
 #           went key-major (NOTE [two row loops]), and fp8 tiles of 64 values on 4 warps (more bytes in flight)
 #   spec    issue 6's speculative grid at batch 256 with the default verify
 # Usage: [PARTS="tests gdn kda copies spec"] [TESTS=verify|copies|all] bash benchmarks/gpu/verify_next.sh [commit]
-# (writes under $OUT)
+# (writes under $OUT; ~15 min with every part: call it in two parts)
 set -u
 source "$(dirname "$0")/part.sh"
 gpu_setup verify_next_log.txt "${1:-}"
@@ -19,7 +20,7 @@ PARTS=${PARTS:-"tests gdn kda copies spec"}
 has() { [[ " $PARTS " == *" $1 "* ]]; }
 COPY_TESTS="read_copies_and_rounding_gpu or two_row_loops_short_last_program_gpu or e2m1 or e4m3"
 VERIFY_TESTS="chunked_verify_gpu_fp32_activations or (chunked_verify_gpu and (gdn or kda))"
-has tests && TAIL=20 part tests 150 python3 -m pytest -m "gpu or not slow" tests/test_kernels.py -q -p no:cacheprovider \
+has tests && TAIL=20 part tests 330 python3 -m pytest -m "gpu or not slow" tests/test_kernels.py -q -p no:cacheprovider \
   --tb=line -k "$(case ${TESTS:-verify} in copies) echo "$COPY_TESTS" ;; all) echo "$COPY_TESTS or $VERIFY_TESTS" ;;
                    *) echo "$VERIFY_TESTS" ;; esac)"
 ONE="nw=1,bt=8"
