@@ -11,7 +11,8 @@ Each case is ``shape,read,T,L`` (shapes of ``replayssm bench kernels``). ``--dum
 call's TTGIR (the layouts Triton chose) and SASS; every line counts SASS instructions and the opcodes in
 ``SASS_COUNTED`` (CALL: a division's slow path, BAR, SHFL, shared-memory and spill traffic);
 ``--warps``, ``--block-v``, ``--maxnreg``, ``--items``, ``--fold-unroll`` and ``--stages`` override the tiling,
-``--layout`` the state layout, ``--verify-form`` the verify's template and tiling (as ``tune_replay.py``). Figures are the compiler's, not timings: on
+``--layout`` the state layout, ``--verify-form`` the verify's template and tiling (as ``tune_replay.py``),
+``--activations`` the inputs' dtype. Figures are the compiler's, not timings: on
 2026-12-02 a kernel with no spills still ran at half of bandwidth, and on 2026-12-03 a variant with half the
 shuffles ran slower (BENCHMARKS.md).
 """
@@ -127,6 +128,8 @@ def main(argv=None) -> int:
                    "0 one loop for all rows, s > 0 a loop of their own over s pipeline stages")
     p.add_argument("--verify-form", default="auto", help="verify calls' template and tiling (tune_replay.py's "
                    "--verify-form, one variant)")
+    p.add_argument("--activations", choices=("bf16", "fp32"), default="bf16",
+                   help="dtype of queries, keys and values (the default verify's table has entries for both)")
     args = p.parse_args(argv)
     if args.dump:
         os.makedirs(args.dump, exist_ok=True)
@@ -140,7 +143,8 @@ def main(argv=None) -> int:
                          layout=shape.layout, k_heads=shape.k_heads, read_dtype=None if read == "none" else read,
                          validate=False, kernels="triton")
         out = torch.empty(args.batch, T, rs.num_heads, rs.head_v)
-        x = draw_inputs(shape, args.batch, T, "cpu", seed=1)
+        x = draw_inputs(shape, args.batch, T, "cpu", seed=1,
+                        activations=torch.bfloat16 if args.activations == "bf16" else torch.float32)
         for commit in (True, False):
             triton_impl.advance_into(rs, x, None, out, commit=commit, force_flush=False,
                                      max_registers=args.maxnreg or None, num_warps=args.warps or None,

@@ -39,14 +39,15 @@ def test_racy_prefetch_reads_counts_in_place_reads_after_the_next_copy():
     assert racy_prefetch_reads(_RACY_LOOP.replace("1x32x16xbf16", "2x32x16xbf16")) == 0  # a second slot
 
 
-@pytest.mark.parametrize("shape,form", [
-    ("qwen3.5-122b-gdn", "chunked:dot=bf16x3"),  # 12 racy reads at 2 stages: the H100 failure
-    ("nemotron3-super-mamba2", "chunked:dot=bf16x3"),  # 6 at 2 stages
-    ("qwen3.5-122b-gdn", "auto"),  # the default verify (NOTE [default verify]), bf16 activations
-    ("nemotron3-super-mamba2", "auto"),
+@pytest.mark.parametrize("shape,form,activations", [
+    ("qwen3.5-122b-gdn", "chunked:dot=bf16x3", "bf16"),  # 12 racy reads at 2 stages: the H100 failure
+    ("nemotron3-super-mamba2", "chunked:dot=bf16x3", "bf16"),  # 6 at 2 stages
+    *((shape, "auto", act) for shape in ("qwen3.5-122b-gdn", "nemotron3-super-mamba2") for act in ("bf16", "fp32")),
+    ("kimi-linear-kda", "auto", "bf16"),  # the default verify (NOTE [default verify]) of 8 drafts
 ])
-def test_verify_tilings_read_no_prefetch_buffer_in_place(shape, form):
-    lines = [ln for ln in _report(f"{shape},none,8,13", "--batch", "5", "--verify-form", form) if "verify_kernel" in ln]
+def test_verify_tilings_read_no_prefetch_buffer_in_place(shape, form, activations):
+    lines = [ln for ln in _report(f"{shape},none,8,13", "--batch", "5", "--verify-form", form, "--activations",
+                                  activations) if "verify_kernel" in ln]
     assert len(lines) == 1 and lines[0].endswith("; 0 racy prefetch reads"), lines
 
 
