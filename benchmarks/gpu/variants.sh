@@ -5,7 +5,8 @@
 # not fit the 150 s box (BOX=seconds widens it); TESTS=1 also runs the GPU kernel tests on each patched copy
 # (~150-170 s each on a warm H200; more than 200 s on a cold H100 on 2026-12-07, hence TEST_BOX, default 400 s; a variant
 # counts only after they pass there).
-# Usage: [TUNE="--read none --verify 8"] [BOX=200] [TESTS=1] bash benchmarks/gpu/variants.sh benchmarks/experiments/A.patch ...
+# TEST_K narrows those tests (pytest -k: "not chunked_verify" for a patch of the replay template only).
+# Usage: [TUNE="--read none --verify 8"] [BOX=200] [TESTS=1 [TEST_K=...]] bash benchmarks/gpu/variants.sh benchmarks/experiments/A.patch ...
 set -u
 source "$(dirname "$0")/part.sh"
 gpu_setup variants_log.txt
@@ -17,7 +18,7 @@ for patch in "$@"; do
   if [ -n "${TESTS:-}" ]; then  # -P: "python3 -m" would put the repository (main's package) before PYTHONPATH
     imports_from "$dir"
     TAIL=4 part "tests_$name" "${TEST_BOX:-400}" env PYTHONPATH="$dir" python3 -P -m pytest -m gpu tests/test_kernels.py -q -x \
-      -p no:cacheprovider
+      -p no:cacheprovider ${TEST_K:+-k "$TEST_K"}
   fi
   TAIL=16 part "$name" "${BOX:-150}" env PYTHONPATH="$dir" python3 benchmarks/tune_replay.py "${TUNE_ARGS[@]}" \
     --out "$OUT/variant_$name.json"

@@ -12,8 +12,8 @@
 #           went key-major (NOTE [two row loops]), and fp8 tiles of 64 values on 4 warps (more bytes in flight)
 #   spec    issue 6's speculative grid at batch 256 with the default verify
 #   fan     benchmarks/experiments/2026-12-07_flush_fan_out.patch (one pair a flushing program) beside main, with the
-#           GPU kernel tests on the patched copy: GDN and KDA steps, no copy / fp8 / 4-bit, L = 8 and 16 (not run yet;
-#           ~8-10 min on a cold machine: call it alone)
+#           replay template's GPU kernel tests on the patched copy (not the chunked verify's): GDN and KDA steps, no
+#           copy / fp8 / 4-bit, L = 8 and 16 (not run yet; ~6-8 min on a cold machine: call it alone)
 #   items   read-copy steps at L = 8 with 1 and 2 (head, value tile) pairs a program against the default 4: on the
 #           thirtieth session's H100 run the flushing programs set GDN's copy steps (a non-flush loop 8-15% faster
 #           left the step where it was), and fewer pairs make each flushing program shorter (not timed yet)
@@ -45,7 +45,7 @@ has copies && TAIL=16 part copies_bv64 70 python3 benchmarks/tune_replay.py $COP
   --warps 4 --out "$OUT/copies_bv64.json"
 has spec && TAIL=40 part spec 150 python3 -m replay_compile.cli bench spec --T 1,2,4,8 --batch 256 \
   --acceptance 0.5,0.8,1.0,text --window 8 --steps 8 --out "$OUT/spec_grid_256.json"
-has fan && TESTS=1 BOX=200 TUNE="--shapes qwen3.5-122b-gdn,kimi-linear-kda --batch 256 --read none,fp8,fp4 --window 8,16" \
+has fan && TESTS=1 TEST_K="not chunked_verify" BOX=200 TUNE="--shapes qwen3.5-122b-gdn,kimi-linear-kda --batch 256 --read none,fp8,fp4 --window 8,16" \
   bash "$(dirname "$0")/variants.sh" benchmarks/experiments/2026-12-07_flush_fan_out.patch
 has items && TAIL=24 part items 150 python3 benchmarks/tune_replay.py --shapes qwen3.5-122b-gdn,kimi-linear-kda \
   --batch 256 --window 8 --read fp8,fp4 --items 0,1,2 --out "$OUT/copies_items.json"
