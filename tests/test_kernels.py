@@ -593,11 +593,12 @@ def test_chunked_verify_gpu(name, vt):
 # the 1-warp tilings of NOTE [default verify] on fp32 queries and keys (what the transformers integration hands the
 # ops): both operands of a bf16 product go in as parts (six passes for bf16x3, three for bf16x2)
 _FP32_ACTIVATION_TILINGS = [dict(dot=dot, token_tile=8, key_chunk=16, num_warps=1) for dot in ("bf16x3", "bf16x2")]
+_FP32_ACTIVATION_SHAPES = ["nemotron3-super-mamba2", "qwen3.5-122b-gdn"]
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("vt", _FP32_ACTIVATION_TILINGS, ids=_tiling_id)
-@pytest.mark.parametrize("name", ["nemotron3-super-mamba2", "qwen3.5-122b-gdn"])
+@pytest.mark.parametrize("name", _FP32_ACTIVATION_SHAPES)
 def test_chunked_verify_gpu_fp32_activations(name, vt):
     """test_chunked_verify_gpu's checks for the default verify's tilings on fp32 activations."""
     _verify_real_shape(name, vt, 40 + _FP32_ACTIVATION_TILINGS.index(vt), torch.float32)
@@ -619,11 +620,10 @@ def test_default_verify_tilings_passed_the_gpu_tests():
 
     families = {"scalar": {False: ["nemotron3-super-mamba2"], True: ["qwen3.5-122b-gdn"]},
                 "channel": {True: ["kimi-linear-kda"]}}
-    fp32_tested = {"nemotron3-super-mamba2", "qwen3.5-122b-gdn"}  # test_chunked_verify_gpu_fp32_activations' shapes
     assert verify._DEFAULT_TILING, "the table is empty: update this test and NOTE [default verify]"
     for (decay, delta, act), tile in verify._DEFAULT_TILING.items():
         for name in families[decay][delta]:
-            assert act == torch.bfloat16 or name in fp32_tested, (name, act)
+            assert act == torch.bfloat16 or name in _FP32_ACTIVATION_SHAPES, (name, act)
             tested = _VERIFY_TILINGS[name] if act == torch.bfloat16 else _FP32_ACTIVATION_TILINGS
             assert dict(tile, token_tile=8) in tested, (name, act, tile)
 

@@ -40,19 +40,20 @@ has gdn && TAIL=20 part gdn 150 python3 benchmarks/tune_replay.py --shapes qwen3
 has kda && TAIL=12 part kda 120 python3 benchmarks/tune_replay.py --shapes kimi-linear-kda --batch 256 --no-steps \
   --verify 8,4 --verify-window 16 --verify-form "tokens;chunked:dot=bf16x3,$ONE,kc=16;chunked:dot=bf16x2,$ONE,kc=16" \
   --out "$OUT/verify_kda.json"
-COPY_SHAPES="--shapes qwen3.5-122b-gdn,kimi-linear-kda --batch 256 --window 8 --stages=-1,2"
+KV_SHAPES="--shapes qwen3.5-122b-gdn,kimi-linear-kda --batch 256"  # the two kv-tile families at batch 256
+COPY_SHAPES="$KV_SHAPES --window 8 --stages=-1,2"
 has copies && TAIL=24 part copies 130 python3 benchmarks/tune_replay.py $COPY_SHAPES --read fp8,fp4 \
   --out "$OUT/copies.json"
 has copies && TAIL=16 part copies_bv64 70 python3 benchmarks/tune_replay.py $COPY_SHAPES --read fp8 --block-v 64 \
   --warps 4 --out "$OUT/copies_bv64.json"
 has spec && TAIL=40 part spec 150 python3 -m replay_compile.cli bench spec --T 1,2,4,8 --batch 256 \
   --acceptance 0.5,0.8,1.0,text --window 8 --steps 8 --out "$OUT/spec_grid_256.json"
-has fan && TESTS=1 TEST_K="not chunked_verify" BOX=200 TUNE="--shapes qwen3.5-122b-gdn,kimi-linear-kda --batch 256 --read none,fp8,fp4 --window 8,16" \
+has fan && TESTS=1 TEST_K="not chunked_verify" BOX=200 TUNE="$KV_SHAPES --read none,fp8,fp4 --window 8,16" \
   bash "$(dirname "$0")/variants.sh" benchmarks/experiments/2026-12-07_flush_fan_out.patch
-has fanst && TESTS= BOX=120 TUNE="--shapes qwen3.5-122b-gdn,kimi-linear-kda --batch 256 --read fp8,fp4 --window 8 --stages=2" \
+has fanst && TESTS= BOX=120 TUNE="$KV_SHAPES --read fp8,fp4 --window 8 --stages=2" \
   bash "$(dirname "$0")/variants.sh" benchmarks/experiments/2026-12-07_flush_fan_out.patch
-has items && TAIL=24 part items 150 python3 benchmarks/tune_replay.py --shapes qwen3.5-122b-gdn,kimi-linear-kda \
-  --batch 256 --window 8 --read fp8,fp4 --items 0,1,2 --out "$OUT/copies_items.json"
+has items && TAIL=24 part items 150 python3 benchmarks/tune_replay.py $KV_SHAPES \
+  --window 8 --read fp8,fp4 --items 0,1,2 --out "$OUT/copies_items.json"
 has spec16 && TAIL=24 part spec16 120 python3 -m replay_compile.cli bench spec --T 4,8 --batch 256 \
   --acceptance 0.8,text --window 16 --steps 8 --out "$OUT/spec_window16.json"
 echo total $SECONDS
