@@ -3,7 +3,7 @@
 # (in this order: a call cut at its limit keeps the parts it finished). The first five ran on an H100 in the
 # thirtieth session (BENCHMARKS.md, 2026-12-07): the tests passed (in more than the former 150 s box: 255 s on a cold
 # machine) and the timings chose the default table's fp32 and KDA entries; they stay to repeat after a change to these
-# kernels. The last four have not run: fan is the default, fanst, items and spec16 the next call.
+# kernels. The last four have not run: fan is the default, then fantests, fanst, items and spec16.
 #   tests   the fp32-activation verify tests (the default table's fp32 entries rest on them), and the
 #           chunked verify's GDN / KDA tilings timed below (TESTS=copies: the read-copy tests instead, TESTS=all: both)
 #   gdn     GDN verify tilings around the default (T = 8 stood at 1.36x one standard step on an H100; asked <= 1.3x)
@@ -11,9 +11,10 @@
 #   copies  read-copy steps of GDN / KDA with the non-flush loop pipelined (2 stages), which lost before the copies
 #           went key-major (NOTE [two row loops]), and fp8 tiles of 64 values on 4 warps (more bytes in flight)
 #   spec    issue 6's speculative grid at batch 256 with the default verify
-#   fan     benchmarks/experiments/2026-12-07_flush_fan_out.patch (one pair a flushing program) beside main, with the
-#           replay template's GPU kernel tests on the patched copy (not the chunked verify's): GDN and KDA steps, no
-#           copy / fp8 / 4-bit, L = 8 and 16 (not run yet; ~6-8 min on a cold machine: call it alone)
+#   fan     benchmarks/experiments/2026-12-07_flush_fan_out.patch (one pair a flushing program) beside main: GDN and
+#           KDA steps, no copy / fp8 / 4-bit, L = 8 and 16 (not run yet)
+#   fantests the replay template's GPU kernel tests on the patched copy (not the chunked verify's; > 200 s on a cold
+#           machine, so apart from fan: with both, one 600 s call may not finish)
 #   fanst   the same patch beside main with the copies' non-flush loop on 2 stages (fanned out, the flushing
 #           programs may no longer hide that loop's 8-15% gain; no tests: run after fan passed)
 #   items   read-copy steps at L = 8 with 1 and 2 (head, value tile) pairs a program against the default 4: on the
@@ -21,12 +22,12 @@
 #           left the step where it was), and fewer pairs make each flushing program shorter (not timed yet)
 #   spec16  T = 4 and 8 at window 16: Mamba-2's T = 8 verify at window 8 runs at L = 8, where nearly every row folds
 #           its window first (2.1-2.3x one standard step; 1.23x at L = 24 in tune_replay.py) (not timed yet)
-# Usage: [PARTS="tests gdn kda copies spec fan fanst items spec16"] [TESTS=verify|copies|all] bash benchmarks/gpu/verify_next.sh [commit]
+# Usage: [PARTS="tests gdn kda copies spec fan fantests fanst items spec16"] [TESTS=verify|copies|all] bash benchmarks/gpu/verify_next.sh [commit]
 # (writes under $OUT; ~15 min with every part: call it in two parts)
 set -u
 source "$(dirname "$0")/part.sh"
 gpu_setup verify_next_log.txt "${1:-}"
-PARTS=${PARTS:-fan}  # then PARTS="fanst items spec16" in a second call
+PARTS=${PARTS:-fan}  # then PARTS="fantests spec16", then "fanst items"
 has() { [[ " $PARTS " == *" $1 "* ]]; }
 COPY_TESTS="read_copies_and_rounding_gpu or two_row_loops_short_last_program_gpu or e2m1 or e4m3"
 VERIFY_TESTS="chunked_verify_gpu_fp32_activations or (chunked_verify_gpu and (gdn or kda))"
@@ -48,8 +49,12 @@ has copies && TAIL=16 part copies_bv64 70 python3 benchmarks/tune_replay.py $COP
   --warps 4 --out "$OUT/copies_bv64.json"
 has spec && TAIL=40 part spec 150 python3 -m replay_compile.cli bench spec --T 1,2,4,8 --batch 256 \
   --acceptance 0.5,0.8,1.0,text --window 8 --steps 8 --out "$OUT/spec_grid_256.json"
-has fan && TESTS=1 TEST_K="not chunked_verify" BOX=200 TUNE="$KV_SHAPES --read none,fp8,fp4 --window 8,16" \
-  bash "$(dirname "$0")/variants.sh" benchmarks/experiments/2026-12-07_flush_fan_out.patch
+FAN_PATCH=benchmarks/experiments/2026-12-07_flush_fan_out.patch
+has fan && TESTS= BOX=200 TUNE="$KV_SHAPES --read none,fp8,fp4 --window 8,16" bash "$(dirname "$0")/variants.sh" "$FAN_PATCH"
+if has fantests; then
+  patched_copy /tmp/fan_tests "$FAN_PATCH" replay_compile && imports_from /tmp/fan_tests && TAIL=4 part fantests 400 \
+    env PYTHONPATH=/tmp/fan_tests python3 -P -m pytest -m gpu tests/test_kernels.py -q -x -p no:cacheprovider -k "not chunked_verify"
+fi
 has fanst && TESTS= BOX=120 TUNE="$KV_SHAPES --read fp8,fp4 --window 8 --stages=2" \
   bash "$(dirname "$0")/variants.sh" benchmarks/experiments/2026-12-07_flush_fan_out.patch
 has items && TAIL=24 part items 150 python3 benchmarks/tune_replay.py $KV_SHAPES \
