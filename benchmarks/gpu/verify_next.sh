@@ -22,7 +22,7 @@
 #           left the step where it was), and fewer pairs make each flushing program shorter (not timed yet)
 #   spec16  T = 4 and 8 at window 16: Mamba-2's T = 8 verify at window 8 runs at L = 8, where nearly every row folds
 #           its window first (2.1-2.3x one standard step; 1.23x at L = 24 in tune_replay.py) (not timed yet)
-# Usage: [PARTS="tests gdn kda copies spec fan fantests fanst items spec16"] [TESTS=verify|copies|all] bash benchmarks/gpu/verify_next.sh [commit]
+# Usage: [FAN_WINDOWS=8] [PARTS="tests gdn kda copies spec fan fantests fanst items spec16"] [TESTS=verify|copies|all] bash benchmarks/gpu/verify_next.sh [commit]
 # (writes under $OUT; ~15 min with every part: call it in two parts)
 set -u
 source "$(dirname "$0")/part.sh"
@@ -50,7 +50,7 @@ has copies && TAIL=16 part copies_bv64 70 python3 benchmarks/tune_replay.py $COP
 has spec && TAIL=40 part spec 150 python3 -m replay_compile.cli bench spec --T 1,2,4,8 --batch 256 \
   --acceptance 0.5,0.8,1.0,text --window 8 --steps 8 --out "$OUT/spec_grid_256.json"
 FAN_PATCH=benchmarks/experiments/2026-12-07_flush_fan_out.patch
-has fan && TESTS= BOX=200 TUNE="$KV_SHAPES --read none,fp8,fp4 --window 8,16" bash "$(dirname "$0")/variants.sh" "$FAN_PATCH"
+has fan && TESTS= BOX=200 TUNE="$KV_SHAPES --read none,fp8,fp4 --window ${FAN_WINDOWS:-8,16}" bash "$(dirname "$0")/variants.sh" "$FAN_PATCH"
 if has fantests; then
   patched_copy /tmp/fan_tests "$FAN_PATCH" replay_compile && imports_from /tmp/fan_tests && TAIL=4 part fantests 400 \
     env PYTHONPATH=/tmp/fan_tests python3 -P -m pytest -m gpu tests/test_kernels.py -q -x -p no:cacheprovider -k "not chunked_verify"
