@@ -20,9 +20,12 @@
 #   items   read-copy steps at L = 8 with 1 and 2 (head, value tile) pairs a program against the default 4: on the
 #           thirtieth session's H100 run the flushing programs set GDN's copy steps (a non-flush loop 8-15% faster
 #           left the step where it was), and fewer pairs make each flushing program shorter (not timed yet)
+#   prefold the chunked verify of 8 drafts with every row folding its records first (window 0, as at window 8 in
+#           issue 6's grid: Mamba-2 1650 us there against GDN's 975, 1.23x one standard step at L = 24) and with none
+#           (window 16), in each family's layout and in the other (is it Mamba-2's key-contiguous store?)
 #   spec16  T = 4 and 8 at window 16: Mamba-2's T = 8 verify at window 8 runs at L = 8, where nearly every row folds
 #           its window first (2.1-2.3x one standard step; 1.23x at L = 24 in tune_replay.py) (not timed yet)
-# Usage: [FAN_WINDOWS=8] [PARTS="tests gdn kda copies spec fan fantests fanst items spec16"] [TESTS=verify|copies|all] bash benchmarks/gpu/verify_next.sh [commit]
+# Usage: [FAN_WINDOWS=8] [PARTS="tests gdn kda copies spec fan fantests fanst items prefold spec16"] [TESTS=verify|copies|all] bash benchmarks/gpu/verify_next.sh [commit]
 # (writes under $OUT; ~15 min with every part: call it in two parts)
 set -u
 source "$(dirname "$0")/part.sh"
@@ -61,4 +64,11 @@ has items && TAIL=24 part items 150 python3 benchmarks/tune_replay.py $KV_SHAPES
   --window 8 --read fp8,fp4 --items 0,1,2 --out "$OUT/copies_items.json"
 has spec16 && TAIL=24 part spec16 120 python3 -m replay_compile.cli bench spec --T 4,8 --batch 256 \
   --acceptance 0.8,text --window 16 --steps 8 --out "$OUT/spec_window16.json"
+PRE="--batch 256 --no-steps --verify 8 --verify-window 0,16"  # window 0: every row folds its T records first
+has prefold && TAIL=12 part prefold 120 python3 benchmarks/tune_replay.py --shapes nemotron3-super-mamba2,qwen3.5-122b-gdn \
+  $PRE --out "$OUT/prefold.json"
+has prefold && TAIL=8 part prefold_kv 90 python3 benchmarks/tune_replay.py --shapes nemotron3-super-mamba2 --layout kv \
+  $PRE --out "$OUT/prefold_mamba2_kv.json"
+has prefold && TAIL=8 part prefold_vk 90 python3 benchmarks/tune_replay.py --shapes qwen3.5-122b-gdn --layout vk \
+  $PRE --out "$OUT/prefold_gdn_vk.json"
 echo total $SECONDS
