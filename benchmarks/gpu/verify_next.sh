@@ -22,7 +22,8 @@
 #           left the step where it was), and fewer pairs make each flushing program shorter (not timed yet)
 #   prefold the chunked verify of 8 drafts with every row folding its records first (window 0, as at window 8 in
 #           issue 6's grid: Mamba-2 1650 us there against GDN's 975, 1.23x one standard step at L = 24) and with none
-#           (window 16), in each family's layout and in the other (is it Mamba-2's key-contiguous store?)
+#           (window 16), in each family's layout and in the other (is it Mamba-2's key-contiguous store?), and
+#           Mamba-2 with GDN's bf16x3 products (or its bf16x2?)
 #   spec16  T = 4 and 8 at window 16: Mamba-2's T = 8 verify at window 8 runs at L = 8, where nearly every row folds
 #           its window first (2.1-2.3x one standard step; 1.23x at L = 24 in tune_replay.py) (not timed yet)
 # Usage: [FAN_WINDOWS=8] [PARTS="tests gdn kda copies spec fan fantests fanst items prefold spec16"] [TESTS=verify|copies|all] bash benchmarks/gpu/verify_next.sh [commit]
@@ -71,4 +72,6 @@ has prefold && TAIL=8 part prefold_kv 90 python3 benchmarks/tune_replay.py --sha
   $PRE --out "$OUT/prefold_mamba2_kv.json"
 has prefold && TAIL=8 part prefold_vk 90 python3 benchmarks/tune_replay.py --shapes qwen3.5-122b-gdn --layout vk \
   $PRE --out "$OUT/prefold_gdn_vk.json"
+has prefold && TAIL=6 part prefold_x3 60 python3 benchmarks/tune_replay.py --shapes nemotron3-super-mamba2 --batch 256 \
+  --no-steps --verify 8 --verify-window 0 --verify-form "chunked:dot=bf16x3,$ONE,kc=16" --out "$OUT/prefold_mamba2_x3.json"
 echo total $SECONDS
