@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # What the default verify (templates/verify.py NOTE [default verify]) and the read copies need from a GPU, in parts
-# (in this order: a call cut at its limit keeps the parts it finished). The first five ran on an H100 in the
-# thirtieth session (BENCHMARKS.md, 2026-12-07): the tests passed (in more than the former 150 s box: 255 s on a cold
-# machine) and the timings chose the default table's fp32 and KDA entries; they stay to repeat after a change to these
-# kernels. The last four have not run: fan is the default, then fantests, fanst, items and spec16.
+# (in this order: a call cut at its limit keeps the parts it finished). tests to spec ran on an H100 in the thirtieth
+# session, fan, fantests, spec16 and prefold in the thirty-first (BENCHMARKS.md, 2026-12-07: the fan-out patch
+# dropped, prefold found Mamba-2's key-contiguous chunks); they stay to repeat after a change to these kernels.
+# items and keychunk have not run.
 #   tests   the fp32-activation verify tests (the default table's fp32 entries rest on them), and the
 #           chunked verify's GDN / KDA tilings timed below (TESTS=copies: the read-copy tests instead, TESTS=all: both)
 #   gdn     GDN verify tilings around the default (T = 8 stood at 1.36x one standard step on an H100; asked <= 1.3x)
@@ -12,11 +12,9 @@
 #           went key-major (NOTE [two row loops]), and fp8 tiles of 64 values on 4 warps (more bytes in flight)
 #   spec    issue 6's speculative grid at batch 256 with the default verify
 #   fan     benchmarks/experiments/2026-12-07_flush_fan_out.patch (one pair a flushing program) beside main: GDN and
-#           KDA steps, no copy / fp8 / 4-bit, L = 8 and 16 (not run yet)
+#           KDA steps, no copy / fp8 / 4-bit, L = 8 and 16 (timed at L = 8 and dropped)
 #   fantests the replay template's GPU kernel tests on the patched copy (not the chunked verify's; > 200 s on a cold
 #           machine, so apart from fan: with both, one 600 s call may not finish)
-#   fanst   the same patch beside main with the copies' non-flush loop on 2 stages (fanned out, the flushing
-#           programs may no longer hide that loop's 8-15% gain; no tests: run after fan passed)
 #   items   read-copy steps at L = 8 with 1 and 2 (head, value tile) pairs a program against the default 4: on the
 #           thirtieth session's H100 run the flushing programs set GDN's copy steps (a non-flush loop 8-15% faster
 #           left the step where it was), and fewer pairs make each flushing program shorter (not timed yet)
@@ -25,13 +23,15 @@
 #           (window 16), in each family's layout and in the other (is it Mamba-2's key-contiguous store?), and
 #           Mamba-2 with GDN's bf16x3 products (or its bf16x2?)
 #   spec16  T = 4 and 8 at window 16: Mamba-2's T = 8 verify at window 8 runs at L = 8, where nearly every row folds
-#           its window first (2.1-2.3x one standard step; 1.23x at L = 24 in tune_replay.py) (not timed yet)
-# Usage: [FAN_WINDOWS=8] [PARTS="tests gdn kda copies spec fan fantests fanst items prefold spec16"] [TESTS=verify|copies|all] bash benchmarks/gpu/verify_next.sh [commit]
+#           its window first (2.1-2.3x one standard step; 1.23x at L = 24 in tune_replay.py)
+#   keychunk the GPU test of Mamba-2's default verify on key-contiguous states at windows up to 16 (chunks of 32 keys,
+#           NOTE [key-contiguous chunks]) and issue 6's T = 4 / 8 rows at window 8 with it (not run yet)
+# Usage: [FAN_WINDOWS=8] [PARTS="tests gdn kda copies spec fan fantests items prefold spec16 keychunk"] [TESTS=verify|copies|all] bash benchmarks/gpu/verify_next.sh [commit]
 # (writes under $OUT; ~15 min with every part: call it in two parts)
 set -u
 source "$(dirname "$0")/part.sh"
 gpu_setup verify_next_log.txt "${1:-}"
-PARTS=${PARTS:-fan}  # then PARTS="fantests spec16", then "fanst items"
+PARTS=${PARTS:-keychunk}
 has() { [[ " $PARTS " == *" $1 "* ]]; }
 COPY_TESTS="read_copies_and_rounding_gpu or two_row_loops_short_last_program_gpu or e2m1 or e4m3"
 VERIFY_TESTS="chunked_verify_gpu_fp32_activations or (chunked_verify_gpu and (gdn or kda))"
@@ -59,8 +59,6 @@ if has fantests; then
   patched_copy /tmp/fan_tests "$FAN_PATCH" replay_compile && imports_from /tmp/fan_tests && TAIL=4 part fantests 400 \
     env PYTHONPATH=/tmp/fan_tests python3 -P -m pytest -m gpu tests/test_kernels.py -q -x -p no:cacheprovider -k "not chunked_verify"
 fi
-has fanst && TESTS= BOX=120 TUNE="$KV_SHAPES --read fp8,fp4 --window 8 --stages=2" \
-  bash "$(dirname "$0")/variants.sh" benchmarks/experiments/2026-12-07_flush_fan_out.patch
 has items && TAIL=24 part items 150 python3 benchmarks/tune_replay.py $KV_SHAPES \
   --window 8 --read fp8,fp4 --items 0,1,2 --out "$OUT/copies_items.json"
 has spec16 && TAIL=24 part spec16 120 python3 -m replay_compile.cli bench spec --T 4,8 --batch 256 \
@@ -74,4 +72,8 @@ has prefold && TAIL=8 part prefold_vk 90 python3 benchmarks/tune_replay.py --sha
   $PRE --out "$OUT/prefold_gdn_vk.json"
 has prefold && TAIL=6 part prefold_x3 60 python3 benchmarks/tune_replay.py --shapes nemotron3-super-mamba2 --batch 256 \
   --no-steps --verify 8 --verify-window 0 --verify-form "chunked:dot=bf16x3,$ONE,kc=16" --out "$OUT/prefold_mamba2_x3.json"
+has keychunk && TAIL=4 part keychunk_tests 200 python3 -m pytest -m "gpu or not slow" tests/test_kernels.py -q \
+  -p no:cacheprovider --tb=short -k "(chunked_verify_gpu and nemotron3-super and key_chunk=32) or default_verify"
+has keychunk && TAIL=12 part keychunk_spec 90 python3 -m replay_compile.cli bench spec --shapes nemotron3-super-mamba2 \
+  --T 4,8 --batch 256 --acceptance 0.8,text --window 8 --steps 8 --out "$OUT/spec_window8_keychunk.json"
 echo total $SECONDS
