@@ -73,7 +73,7 @@ has prefold && TAIL=8 part prefold_vk 90 python3 benchmarks/tune_replay.py --sha
 has prefold && TAIL=6 part prefold_x3 60 python3 benchmarks/tune_replay.py --shapes nemotron3-super-mamba2 --batch 256 \
   --no-steps --verify 8 --verify-window 0 --verify-form "chunked:dot=bf16x3,$ONE,kc=16" --out "$OUT/prefold_mamba2_x3.json"
 has keychunk && TAIL=4 part keychunk_tests 200 python3 -m pytest -m "gpu or not slow" tests/test_kernels.py -q \
-  -p no:cacheprovider --tb=short -k "(chunked_verify_gpu and nemotron3-super and key_chunk=32) or default_verify"
+  -p no:cacheprovider --tb=short -k "(chunked_verify_gpu and nemotron3-super and bf16x2 and 32) or default_verify"
 has keychunk && TAIL=12 part keychunk_spec 90 python3 -m replay_compile.cli bench spec --shapes nemotron3-super-mamba2 \
   --T 4,8 --batch 256 --acceptance 0.8,text --window 8 --steps 8 --out "$OUT/spec_window8_keychunk.json"
 echo total $SECONDS
