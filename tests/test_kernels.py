@@ -302,6 +302,20 @@ def test_chunked_verify_split_products_on_bf16_activations(family, dot, activati
     assert p.tri.flushes.sum() > 0
 
 
+def test_chunked_verify_key_contiguous_chunks_of_32():
+    """Mamba-2's candidate default on key-contiguous states at short windows (NOTE [key-contiguous chunks]): bf16x2
+    at 1 warp walking K = 72 in chunks of 32 (the last partly masked), rows that fold first, padding, bf16
+    activations."""
+    g = torch.Generator().manual_seed(97)
+    p = Pair("mamba2", B=3, H=2, Hk=1, K=72, V=5, L=6, layout="vk", generator=g, long_memory=True,
+             activations=torch.bfloat16, out_tol=_READ_TOL["bf16x2"], tiling=dict(verify_tiling=dict(
+                 dot="bf16x2", token_tile=8, key_chunk=32, num_warps=1), chunked=True))
+    slots = torch.tensor([1, -1, 2, 0], device=DEVICE)
+    for T in (3, 6, 2, 5):
+        p.verify_commit(T=T, slots=slots)
+    assert p.tri.flushes.sum() > 0
+
+
 def test_chunked_verify_supports_and_default(monkeypatch):
     """The chunked verify serves verifies (T >= 2, no commit) on fp32 states without a read copy, and is a call's
     default where NOTE [default verify] lists a tiling for its activations' dtype (here a stand-in table); other
