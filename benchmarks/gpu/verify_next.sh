@@ -24,8 +24,9 @@
 #           Mamba-2 with GDN's bf16x3 products (or its bf16x2?)
 #   spec16  T = 4 and 8 at window 16: Mamba-2's T = 8 verify at window 8 runs at L = 8, where nearly every row folds
 #           its window first (2.1-2.3x one standard step; 1.23x at L = 24 in tune_replay.py)
-#   keychunk the GPU test of Mamba-2's default verify on key-contiguous states at windows up to 16 (chunks of 32 keys,
-#           NOTE [key-contiguous chunks]) and issue 6's T = 4 / 8 rows at window 8 with it (not run yet)
+#   keychunk the GPU test of the tiling that benchmarks/experiments/2026-12-07_key_contiguous_chunks.patch makes
+#           Mamba-2's default verify on key-contiguous states at windows up to 16 (chunks of 32 keys; timed: BENCHMARKS.md
+#           2026-12-07, thirty-first session); if it passes, apply the patch (not run yet: ~1-2 min)
 # Usage: [FAN_WINDOWS=8] [PARTS="tests gdn kda copies spec fan fantests items prefold spec16 keychunk"] [TESTS=verify|copies|all] bash benchmarks/gpu/verify_next.sh [commit]
 # (writes under $OUT; ~15 min with every part: call it in two parts)
 set -u
@@ -74,6 +75,4 @@ has prefold && TAIL=6 part prefold_x3 60 python3 benchmarks/tune_replay.py --sha
   --no-steps --verify 8 --verify-window 0 --verify-form "chunked:dot=bf16x3,$ONE,kc=16" --out "$OUT/prefold_mamba2_x3.json"
 has keychunk && TAIL=4 part keychunk_tests 200 python3 -m pytest -m "gpu or not slow" tests/test_kernels.py -q \
   -p no:cacheprovider --tb=short -k "(chunked_verify_gpu and nemotron3-super and bf16x2 and 32) or default_verify"
-has keychunk && TAIL=12 part keychunk_spec 90 python3 -m replay_compile.cli bench spec --shapes nemotron3-super-mamba2 \
-  --T 4,8 --batch 256 --acceptance 0.8,text --window 8 --steps 8 --out "$OUT/spec_window8_keychunk.json"
 echo total $SECONDS
