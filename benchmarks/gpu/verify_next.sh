@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # What the default verify (templates/verify.py NOTE [default verify]) and the read copies need from a GPU, in parts
-# (in this order: a call cut at its limit keeps the parts it finished). tests to spec ran on an H100 in the thirtieth
+# (in the order of the script, keychunk before the fan parts: a call cut at its limit keeps the parts it finished). tests to spec ran on an H100 in the thirtieth
 # session, fan, fantests, spec16 and prefold in the thirty-first (BENCHMARKS.md, 2026-12-07: the fan-out patch
 # dropped, prefold found Mamba-2's key-contiguous chunks); they stay to repeat after a change to these kernels.
-# items and keychunk have not run.
+# items, keychunk, fanx and fanxtests have not run.
 #   tests   the fp32-activation verify tests (the default table's fp32 entries rest on them), and the
 #           chunked verify's GDN / KDA tilings timed below (TESTS=copies: the read-copy tests instead, TESTS=all: both)
 #   gdn     GDN verify tilings around the default (T = 8 stood at 1.36x one standard step on an H100; asked <= 1.3x)
@@ -13,6 +13,10 @@
 #   spec    issue 6's speculative grid at batch 256 with the default verify
 #   fan     benchmarks/experiments/2026-12-07_flush_fan_out.patch (one pair a flushing program) beside main: GDN and
 #           KDA steps, no copy / fp8 / 4-bit, L = 8 and 16 (timed at L = 8 and dropped)
+#   fanx    the fan-out with idle programs returning at once (2026-12-07_flush_fan_out_early_exit.patch) and the
+#           fan-out patch's raw-replay half alone (2026-12-07_raw_fold_key_layout.patch: keys in the tile's layout once
+#           a record; sm_90: GDN fp8 step 75 -> 71 barriers but 228 -> 264 bytes spilled), beside main (not run yet)
+#   fanxtests fantests on the early-exit patch (run it where fanx wins)
 #   fantests the replay template's GPU kernel tests on the patched copy (not the chunked verify's; > 200 s on a cold
 #           machine, so apart from fan: with both, one 600 s call may not finish)
 #   items   read-copy steps at L = 8 with 1 and 2 (head, value tile) pairs a program against the default 4: on the
@@ -27,12 +31,12 @@
 #   keychunk the GPU test of the tiling that benchmarks/experiments/2026-12-07_key_contiguous_chunks.patch makes
 #           Mamba-2's default verify on key-contiguous states at windows up to 16 (chunks of 32 keys; timed: BENCHMARKS.md
 #           2026-12-07, thirty-first session); if it passes, apply the patch (not run yet: ~1-2 min)
-# Usage: [FAN_WINDOWS=8] [PARTS="tests gdn kda copies spec fan fantests items prefold spec16 keychunk"] [TESTS=verify|copies|all] bash benchmarks/gpu/verify_next.sh [commit]
+# Usage: [FAN_WINDOWS=8] [PARTS="tests gdn kda copies spec fan fantests items prefold spec16 keychunk fanx fanxtests"] [TESTS=verify|copies|all] bash benchmarks/gpu/verify_next.sh [commit]
 # (writes under $OUT; ~15 min with every part: call it in two parts)
 set -u
 source "$(dirname "$0")/part.sh"
 gpu_setup verify_next_log.txt "${1:-}"
-PARTS=${PARTS:-keychunk}
+PARTS=${PARTS:-"keychunk fanx"}  # then fanxtests where fanx wins
 has() { [[ " $PARTS " == *" $1 "* ]]; }
 COPY_TESTS="read_copies_and_rounding_gpu or two_row_loops_short_last_program_gpu or e2m1 or e4m3"
 VERIFY_TESTS="chunked_verify_gpu_fp32_activations or (chunked_verify_gpu and (gdn or kda))"
@@ -54,7 +58,13 @@ has copies && TAIL=16 part copies_bv64 70 python3 benchmarks/tune_replay.py $COP
   --warps 4 --out "$OUT/copies_bv64.json"
 has spec && TAIL=40 part spec 150 python3 -m replay_compile.cli bench spec --T 1,2,4,8 --batch 256 \
   --acceptance 0.5,0.8,1.0,text --window 8 --steps 8 --out "$OUT/spec_grid_256.json"
+has keychunk && TAIL=4 part keychunk_tests 200 python3 -m pytest -m "gpu or not slow" tests/test_kernels.py -q \
+  -p no:cacheprovider --tb=short -k "(chunked_verify_gpu and nemotron3-super and bf16x2 and 32) or default_verify"
 FAN_PATCH=benchmarks/experiments/2026-12-07_flush_fan_out.patch
+has fanx && TESTS= BOX=200 TUNE="$KV_SHAPES --read none,fp8,fp4 --window ${FAN_WINDOWS:-8,16}" bash "$(dirname "$0")/variants.sh" \
+  benchmarks/experiments/2026-12-07_flush_fan_out_early_exit.patch benchmarks/experiments/2026-12-07_raw_fold_key_layout.patch
+has fanxtests && FAN_PATCH=benchmarks/experiments/2026-12-07_flush_fan_out_early_exit.patch
+has fanxtests && PARTS="$PARTS fantests"
 has fan && TESTS= BOX=200 TUNE="$KV_SHAPES --read none,fp8,fp4 --window ${FAN_WINDOWS:-8,16}" bash "$(dirname "$0")/variants.sh" "$FAN_PATCH"
 if has fantests; then
   patched_copy /tmp/fan_tests "$FAN_PATCH" replay_compile && imports_from /tmp/fan_tests && TAIL=4 part fantests 400 \
@@ -73,6 +83,4 @@ has prefold && TAIL=8 part prefold_vk 90 python3 benchmarks/tune_replay.py --sha
   $PRE --out "$OUT/prefold_gdn_vk.json"
 has prefold && TAIL=6 part prefold_x3 60 python3 benchmarks/tune_replay.py --shapes nemotron3-super-mamba2 --batch 256 \
   --no-steps --verify 8 --verify-window 0 --verify-form "chunked:dot=bf16x3,$ONE,kc=16" --out "$OUT/prefold_mamba2_x3.json"
-has keychunk && TAIL=4 part keychunk_tests 200 python3 -m pytest -m "gpu or not slow" tests/test_kernels.py -q \
-  -p no:cacheprovider --tb=short -k "(chunked_verify_gpu and nemotron3-super and bf16x2 and 32) or default_verify"
 echo total $SECONDS
