@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # What the default verify (templates/verify.py NOTE [default verify]) and the read copies need from a GPU, in parts
-# (in the order of the script, keychunk before the fan parts: a call cut at its limit keeps the parts it finished). tests to spec ran on an H100 in the thirtieth
-# session, fan, fantests, spec16 and prefold in the thirty-first (BENCHMARKS.md, 2026-12-07: the fan-out patch
-# dropped, prefold found Mamba-2's key-contiguous chunks); they stay to repeat after a change to these kernels.
-# items, keychunk, fanx and fanxtests have not run.
+# (in the order of the script, keychunk before the fan parts: a call cut at its limit keeps the parts it finished).
+# tests to spec ran on an H100 in the thirtieth session, fan, fantests, spec16 and prefold in the thirty-first
+# (BENCHMARKS.md, 2026-12-07: the fan-out patch dropped, prefold found Mamba-2's key-contiguous chunks); they stay to
+# repeat after a change to these kernels. items, keychunk, fanx and fanxtests have not run.
 #   tests   the fp32-activation verify tests (the default table's fp32 entries rest on them), and the
 #           chunked verify's GDN / KDA tilings timed below (TESTS=copies: the read-copy tests instead, TESTS=all: both)
 #   gdn     GDN verify tilings around the default (T = 8 stood at 1.36x one standard step on an H100; asked <= 1.3x)
@@ -58,18 +58,21 @@ has copies && TAIL=16 part copies_bv64 70 python3 benchmarks/tune_replay.py $COP
   --warps 4 --out "$OUT/copies_bv64.json"
 has spec && TAIL=40 part spec 150 python3 -m replay_compile.cli bench spec --T 1,2,4,8 --batch 256 \
   --acceptance 0.5,0.8,1.0,text --window 8 --steps 8 --out "$OUT/spec_grid_256.json"
+KEYCHUNK_TESTS="(chunked_verify_gpu and nemotron3-super and bf16x2 and key_chunk and 32 and not fp32) or default_verify"
 has keychunk && TAIL=4 part keychunk_tests 200 python3 -m pytest -m "gpu or not slow" tests/test_kernels.py -q \
-  -p no:cacheprovider --tb=short -k "(chunked_verify_gpu and nemotron3-super and bf16x2 and 32) or default_verify"
-FAN_PATCH=benchmarks/experiments/2026-12-07_flush_fan_out.patch
-has fanx && TESTS= BOX=200 TUNE="$KV_SHAPES --read none,fp8,fp4 --window ${FAN_WINDOWS:-8,16}" bash "$(dirname "$0")/variants.sh" \
-  benchmarks/experiments/2026-12-07_flush_fan_out_early_exit.patch benchmarks/experiments/2026-12-07_raw_fold_key_layout.patch
-has fanxtests && FAN_PATCH=benchmarks/experiments/2026-12-07_flush_fan_out_early_exit.patch
-has fanxtests && PARTS="$PARTS fantests"
-has fan && TESTS= BOX=200 TUNE="$KV_SHAPES --read none,fp8,fp4 --window ${FAN_WINDOWS:-8,16}" bash "$(dirname "$0")/variants.sh" "$FAN_PATCH"
-if has fantests; then
-  patched_copy /tmp/fan_tests "$FAN_PATCH" replay_compile && imports_from /tmp/fan_tests && TAIL=4 part fantests 400 \
-    env PYTHONPATH=/tmp/fan_tests python3 -P -m pytest -m gpu tests/test_kernels.py -q -x -p no:cacheprovider -k "not chunked_verify"
-fi
+  -p no:cacheprovider --tb=short -k "$KEYCHUNK_TESTS"
+X=benchmarks/experiments
+FAN_TUNE="$KV_SHAPES --read none,fp8,fp4 --window ${FAN_WINDOWS:-8,16}"
+# `fan_tests NAME PATCH`: the replay template's GPU kernel tests (not the chunked verify's) on a copy with PATCH applied
+fan_tests() {
+  patched_copy "/tmp/$1" "$2" replay_compile && imports_from "/tmp/$1" && TAIL=4 part "$1" 400 \
+    env PYTHONPATH="/tmp/$1" python3 -P -m pytest -m gpu tests/test_kernels.py -q -x -p no:cacheprovider -k "not chunked_verify"
+}
+has fanx && TESTS= BOX=200 TUNE="$FAN_TUNE" bash "$(dirname "$0")/variants.sh" \
+  $X/2026-12-07_flush_fan_out_early_exit.patch $X/2026-12-07_raw_fold_key_layout.patch
+has fanxtests && fan_tests fanxtests $X/2026-12-07_flush_fan_out_early_exit.patch
+has fan && TESTS= BOX=200 TUNE="$FAN_TUNE" bash "$(dirname "$0")/variants.sh" $X/2026-12-07_flush_fan_out.patch
+has fantests && fan_tests fantests $X/2026-12-07_flush_fan_out.patch
 has items && TAIL=24 part items 150 python3 benchmarks/tune_replay.py $KV_SHAPES \
   --window 8 --read fp8,fp4 --items 0,1,2 --out "$OUT/copies_items.json"
 has spec16 && TAIL=24 part spec16 120 python3 -m replay_compile.cli bench spec --T 4,8 --batch 256 \
