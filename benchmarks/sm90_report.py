@@ -126,6 +126,8 @@ def main(argv=None) -> int:
     p.add_argument("--fold-unroll", type=int, default=0, help="override the flush fold's unrolling")
     p.add_argument("--stages", type=int, default=-1, help="override the non-flush rows' loop (NOTE [two row loops]): "
                    "0 one loop for all rows, s > 0 a loop of their own over s pipeline stages")
+    p.add_argument("--flush-items", type=int, default=-1, help="override the flushing rows' launch (NOTE [flush "
+                   "launch]): 0 none, n > 0 n pairs a program")
     p.add_argument("--verify-form", default="auto", help="verify calls' template and tiling (tune_replay.py's "
                    "--verify-form, one variant)")
     p.add_argument("--activations", choices=("bf16", "fp32"), default="bf16",
@@ -145,15 +147,20 @@ def main(argv=None) -> int:
         out = torch.empty(args.batch, T, rs.num_heads, rs.head_v)
         x = draw_inputs(shape, args.batch, T, "cpu", seed=1,
                         activations=torch.bfloat16 if args.activations == "bf16" else torch.float32)
+        labels = []
         for commit in (True, False):
+            n = len(calls)
             triton_impl.advance_into(rs, x, None, out, commit=commit, force_flush=False,
                                      max_registers=args.maxnreg or None, num_warps=args.warps or None,
                                      block_v=args.block_v or None, items=args.items or None,
                                      fold_unroll=args.fold_unroll or None,
                                      nonflush_stages=None if args.stages < 0 else args.stages,
+                                     flush_items=None if args.flush_items < 0 else args.flush_items,
                                      **verify_form(args.verify_form))
-        for (fn, a, kw), commit in zip(calls, ("commit", "no commit")):
-            dump = os.path.join(args.dump, f"{case.replace(',', '_')}_{commit.replace(' ', '_')}") if args.dump else ""
+            labels += [("commit" if commit else "no commit") + {1: ", flushing rows", 2: ", other rows"}.get(
+                kw.get("ROWS"), "") for _, _, kw in calls[n:]]
+        for (fn, a, kw), commit in zip(calls, labels):
+            dump = os.path.join(args.dump, re.sub(r"\W+", "_", f"{case}_{commit}")) if args.dump else ""
             print(f"{case} ({commit}, {fn.fn.__name__}): {report(fn, a, kw, dump)}", flush=True)
         calls.clear()
     return 0

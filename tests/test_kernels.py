@@ -670,6 +670,20 @@ def test_two_row_loops_short_last_program_gpu(name, read):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("name,read", [("qwen3.5-122b-gdn", "fp8"), ("kimi-linear-kda", None), ("qwen3.5-4b-gdn", "fp4")])
+def test_flush_launch_gpu(name, read):
+    """The flushing rows' launch of one pair a program, then the others' (NOTE [flush launch]), at real shapes:
+    steps across flushes with padding rows, a verify between them."""
+    p = _real_pair(name, B=5, L=3, seed=4, read=read, tiling=dict(flush_items=1))
+    slots = torch.tensor([4, -1, 0, 2, 1, 3], device=DEVICE)
+    for T in (1, 1, 1, 2, 1, 1, 1):
+        if T == 1:
+            p.step(slots=slots)
+        else:
+            p.verify_commit(T=T, slots=slots)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("name,read,ckpt", [("nemotron3-super-mamba2", "fp8", torch.float32),
                                             ("qwen3.5-4b-gdn", "fp4", torch.float32),
                                             ("kimi-linear-kda", "fp16", torch.bfloat16)])
@@ -683,22 +697,32 @@ def test_read_copies_and_rounding_gpu(name, read, ckpt):
 
 
 @pytest.mark.gpu
-def test_cuda_graph_decode_loop():
-    """A captured decode step, replayed with fresh inputs, follows the reference step by step across flushes."""
+@pytest.mark.parametrize("flush_items", [None, 1])
+def test_cuda_graph_decode_loop(flush_items):
+    """A captured decode step, replayed with fresh inputs, follows the reference step by step across flushes (also
+    as two launches: NOTE [flush launch])."""
     name, L, B = "qwen3.5-4b-gdn", 4, 16
     p = _real_pair(name, B=B, L=L, seed=3, read="fp8")
+    if flush_items:
+        def step(*x):
+            out = torch.empty(B, 1, p.tri.num_heads, p.tri.head_v, device=DEVICE)
+            one = Canonical(*(None if f is None else f[:, None] for f in x))
+            return triton_impl.advance_into(p.tri, one, None, out, commit=True, force_flush=False,
+                                            flush_items=flush_items)[:, 0]
+    else:
+        step = p.tri.step
     p.tri.count.copy_(torch.arange(B, device=DEVICE) % L)  # every phase at once (records start at zero)
     p.ref.count.copy_(p.tri.count)
     for name_, buf in p.tri.ring.items():
         buf.copy_(p.ref.ring[name_])
     static = p.inputs(B, T=None)
-    for rs in (p.ref, p.tri):
-        rs.step(*static)  # warm-up (compiles the kernels) outside the capture, on both
+    p.ref.step(*static)  # warm-up (compiles the kernels) outside the capture, on both
+    step(*static)
     for name_, part in p.tri.read.items():
         p.ref.read[name_].copy_(part)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        o_static = p.tri.step(*static)
+        o_static = step(*static)
     for _ in range(2 * L + 1):
         x = p.inputs(B, T=None)
         for dst, src in zip(static, x):
@@ -811,6 +835,38 @@ def test_two_row_loops_forced_either_way(family, layout, read, stages):
             p.step(slots=slots)
         else:
             p.verify_commit(T=T, slots=slots)
+
+
+@pytest.mark.parametrize("family,read,flush_items", [("gated_deltanet", None, 1), ("kda", "fp8", 2),
+                                                      ("gla", "fp4", 1), ("mamba2", "bf16", 3)])
+def test_flush_launch(family, read, flush_items):
+    """One-token ``kv`` calls with the flushing rows in a launch of their own before the others' (NOTE [flush
+    launch]): steps across flushes, padding rows and a unit's last program short of pairs in either launch (value
+    tiles of 2 over V = 3), with verifies between them (one launch: verifies never split)."""
+    g = torch.Generator().manual_seed(60 + FAMILIES.index(family))
+    K = 16 if read == "fp4" else 4  # e2m1 blocks of 16 keys
+    p = Pair(family, B=3, H=2, Hk=1, K=K, V=3, L=3, layout="kv", read=read, generator=g,
+             tiling=dict(block_v=2, items=3, flush_items=flush_items))
+    slots = torch.tensor([2, -1, 0, 1], device=DEVICE)
+    for T in (1, 1, 1, 2, 1, 1, 1, 3, 1, 1, 1):  # L = 3 steps in a row: every row flushes in each run of them
+        if T == 1:
+            p.step(slots=slots)
+        else:
+            p.verify_commit(T=T, slots=slots)
+
+
+def test_flush_launch_rule(replay_launches):
+    """``flush_items`` gives one-token ``kv`` calls two launches, the flushing rows' first (``ROWS`` 1, then 2);
+    calls that do not split their row loops (verify, ``vk`` tiles) keep one (NOTE [flush launch])."""
+    p = Pair("gated_deltanet", B=2, H=2, Hk=1, K=4, V=3, L=4, generator=torch.Generator().manual_seed(6))
+    q = Pair("mamba2", B=2, H=2, Hk=1, K=4, V=3, L=4, layout="vk", generator=torch.Generator().manual_seed(7))
+    for pair, T, want in ((p, 1, [1, 2]), (p, 2, [0]), (q, 1, [0])):
+        del replay_launches[:]
+        out = torch.empty(2, T, 2, 3, device=DEVICE)
+        triton_impl.advance_into(pair.tri, pair.inputs(2, T=T), None, out, commit=True, force_flush=False,
+                                 flush_items=1)
+        assert [kw["ROWS"] for kw in replay_launches] == want, (T, replay_launches)
+        assert replay_launches[0]["ITEMS"] == (1 if want == [1, 2] else replay_launches[0]["ITEMS"])
 
 
 def test_exact_zero_decays_in_verify():

@@ -95,6 +95,18 @@ stages 417.6 / 400.8 / 404.3 us, with 8 pairs 391.5 / **375.3** / 382.1; KDA (4 
 nothing) **221.1** / 228.7 / 234.1, hence 1 stage under per-channel decay (it also won at L = 16 above). Mamba-2
 split at a cap of 168 registers lost again (L = 8: 345.6 / 379.1 / 457.1 against one loop's 331.0).
 
+# NOTE [flush launch]
+Where non-flush rows loop apart (NOTE [two row loops]), a call may take two launches of this kernel: first the
+rows that flush (``ROWS`` 1: the other rows' programs return at once), ``flush_items`` pairs a program, leaving
+every cursor as it was; then the others (``ROWS`` 2), whose programs of flushing rows only take the row's ticket,
+so the last ticket of every row still moves its cursors (NOTE [the last program moves the cursors]). Both read
+the same cursors, as stream order puts the whole first launch before the second; the first must come first, as
+the second moves them. Each launch compiles only its loop: the non-flush rows' kernel carries no fold, which set
+the registers of both (sm_90, GDN fp8 step, L = 8: 168 registers and 228 bytes spilled in one launch; 128 and 0
+for the non-flush rows' launch, 167 and 0 for the flushing rows' at one pair a program), and the flushing rows
+get as many programs as they have pairs without idle programs among the other rows' (the flush fan-out's cost,
+BENCHMARKS.md 2026-12-07). Still one launch sequence per call, no host sync: a CUDA graph captures both.
+
 # NOTE [window weights without differences]
 The decay from record ``i`` to position ``p`` is ``exp(sum_{i<j<=p} log_a_j)``: a reverse cumulative
 sum of the log-decays shifted by one position (gathered a second time at ``j + 1``), never a difference
@@ -434,6 +446,20 @@ def _nonfinite(x):
 
 
 @triton.jit
+def _take_ticket(k, log_a, beta, ring_k, ring_la, ring_beta, count, flushes, tickets, b, slot, live, pre, post, count0,
+                 T: tl.constexpr, L: tl.constexpr, HV: tl.constexpr, HK: tl.constexpr, K: tl.constexpr,
+                 BHV: tl.constexpr, BHK: tl.constexpr, BK: tl.constexpr, DECAY: tl.constexpr, RAW: tl.constexpr,
+                 COMMIT: tl.constexpr):
+    """Count this program done with row ``b``; the row's last one moves its cursors (NOTE [the last program moves
+    the cursors])."""
+    ticket = tl.atomic_add(tickets + slot, 1, sem="acq_rel")
+    if ticket == tl.num_programs(1) * tl.num_programs(2) - 1:
+        finalize_row(k, log_a, beta, ring_k, ring_la, ring_beta, count, flushes, b, slot, live, pre, post,
+                     count0, T, L, HV, HK, K, BHV, BHK, BK, DECAY, RAW, COMMIT)
+        tl.store(tickets + slot, 0)
+
+
+@triton.jit
 def replay_kernel(
     state, q, k, v, log_a, beta, out, slots,
     ring_k, ring_u, ring_la, ring_v, ring_beta,
@@ -447,10 +473,12 @@ def replay_kernel(
     COMMIT: tl.constexpr, FORCE: tl.constexpr, MATERIALIZE: tl.constexpr, HAS_SLOTS: tl.constexpr,
     SR: tl.constexpr, SR_MANT: tl.constexpr, SR_EMIN: tl.constexpr, CD: tl.constexpr,
     BHV: tl.constexpr, BHK: tl.constexpr, FOLD_UNROLL: tl.constexpr, SPLIT: tl.constexpr,
-    STAGES: tl.constexpr,
+    STAGES: tl.constexpr, ROWS: tl.constexpr,
 ):
     """Row ``b``, ``unit`` (a key group; a value head under per-channel decay), pairs ``[part * ITEMS,
     (part + 1) * ITEMS)`` of the unit's (value head, value tile) pairs, of a replay call over ``T`` tokens.
+    ``ROWS`` (NOTE [flush launch]): 0 serves every row; 1 only the rows that flush, leaving their cursors; 2 the
+    others, and moves every row's cursors.
 
     Inputs (contiguous): ``q, k [B, T, HK, K]``, ``v [B, T, HV, V]``, ``log_a [B, T, HV(, K)]``,
     ``beta [B, T, HV]``; output ``out [B, T, HV, V]``. Ring (contiguous): ``k [N, L, HK, K]``,
@@ -467,6 +495,16 @@ def replay_kernel(
     slot, live, c = load_row(slots, count, b, L, HAS_SLOTS)
     pre, post, count0 = row_phase(c, live, T, L, COMMIT, FORCE, MATERIALIZE)
     flush = pre | post
+    if ROWS == 1:  # NOTE [flush launch]: the flushing rows' own launch
+        if flush == 0:
+            return
+    if ROWS == 2:  # ... then the others', which only counts the flushing rows' programs done
+        if flush:
+            if live:
+                tl.debug_barrier()  # every warp has read the cursors that the row's last ticket moves
+                _take_ticket(k, log_a, beta, ring_k, ring_la, ring_beta, count, flushes, tickets, b, slot, live, pre,
+                             post, count0, T, L, HV, HK, K, BHV, BHK, BK, DECAY, RAW, COMMIT)
+            return
 
     offs_k = tl.arange(0, BK)
     mask_k = offs_k < K
@@ -494,7 +532,8 @@ def replay_kernel(
     KQ = tl.sum(tl.where(j[None, :] == count0 + tt[:, None], DQ, 0.0), 1)  # k_p . q_t: a token's own record
 
     # NOTE [two row loops]: loop 1 serves the rows that flush (every row without SPLIT), loop 0 the others
-    for loop in tl.static_range(1 - SPLIT, 2):
+    FIRST: tl.constexpr = 1 if ROWS == 1 else 1 - SPLIT
+    for loop in tl.static_range(FIRST, 1 if ROWS == 2 else 2):
         if (flush == (loop == 1)) | (SPLIT == 0):
             for i in tl.range(0, ITEMS, num_stages=1 if loop == 1 else STAGES):
                 item = part * ITEMS + i
@@ -560,14 +599,10 @@ def replay_kernel(
                                               flushes, seed, slot, head, h, offs_k, offs_v, K, V, BK, BV, READ,
                                               READ_KEY_MAJOR, LAYOUT_KV, SR, SR_MANT, SR_EMIN, CD)
     tl.store(nonfinite + slot, tl.full([], 1, tl.uint8), mask=bad & live)
-    if live:
-        # NOTE [the last program moves the cursors]
+    if (ROWS != 1) & live:  # the flushing rows' launch leaves the cursors to the launch after it
         tl.debug_barrier()  # every thread of this program has read what the row's finalize overwrites
-        ticket = tl.atomic_add(tickets + slot, 1, sem="acq_rel")
-        if ticket == tl.num_programs(1) * tl.num_programs(2) - 1:
-            finalize_row(k, log_a, beta, ring_k, ring_la, ring_beta, count, flushes, b, slot, live, pre, post,
-                         count0, T, L, HV, HK, K, BHV, BHK, BK, DECAY, RAW, COMMIT)
-            tl.store(tickets + slot, 0)
+        _take_ticket(k, log_a, beta, ring_k, ring_la, ring_beta, count, flushes, tickets, b, slot, live, pre, post,
+                     count0, T, L, HV, HK, K, BHV, BHK, BK, DECAY, RAW, COMMIT)
 
 
 # ------------------------------------------------------------------------------------------ launcher
@@ -637,11 +672,13 @@ class Tiling(NamedTuple):
     parts: int   # programs per unit
     fold_unroll: int  # records per iteration of a flush fold (NOTE [fold unrolling])
     nonflush_stages: int  # 0: one loop for every row; s > 0: non-flush rows loop apart over s stages (NOTE [two row loops])
+    flush_items: int  # 0: one launch; n > 0: the flushing rows first, in a launch of n pairs a program (NOTE [flush launch])
+    flush_parts: int  # programs per unit of that launch
 
 
 def tiling(spec: ReplaySpec, K: int, V: int, rows: int, Hv: int, T: int, block_v: Optional[int] = None,
            items: Optional[int] = None, fold_unroll: Optional[int] = None,
-           nonflush_stages: Optional[int] = None) -> Tiling:
+           nonflush_stages: Optional[int] = None, flush_items: Optional[int] = None) -> Tiling:
     """How a call of ``T`` tokens over ``rows`` rows is cut into programs (:class:`Tiling`).
 
     Value tiles of ~4K elements, halved while the grid would leave SMs idle; every tile holds all keys,
@@ -678,19 +715,23 @@ def tiling(spec: ReplaySpec, K: int, V: int, rows: int, Hv: int, T: int, block_v
     items = max(1, min(items, per_unit))
     if fold_unroll is None:
         fold_unroll = 8 if T <= 1 and (spec.read_format is None or spec.layout == "vk") else 1
+    flush_items = min(flush_items or 0, per_unit) if nonflush_stages > 0 else 0  # NOTE [flush launch]
     return Tiling(BK, BV, triton.next_power_of_2(spec.window), num_warps, cap, units, items,
-                  triton.cdiv(per_unit, items), fold_unroll, nonflush_stages)
+                  triton.cdiv(per_unit, items), fold_unroll, nonflush_stages, flush_items,
+                  triton.cdiv(per_unit, max(flush_items, 1)))
 
 
 def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[torch.Tensor], out: Optional[torch.Tensor],
            *, commit: bool, force_flush: bool, materialize: bool, block_v: Optional[int] = None,
            num_warps: Optional[int] = None, max_registers: Optional[int] = None, items: Optional[int] = None,
-           fold_unroll: Optional[int] = None, nonflush_stages: Optional[int] = None) -> None:
+           fold_unroll: Optional[int] = None, nonflush_stages: Optional[int] = None,
+           flush_items: Optional[int] = None) -> None:
     """Run one replay call (``x`` inputs ``[B, T, ...]``; ``materialize``: ``x`` is None, no tokens).
 
-    One launch of the replay kernel over ``(B, units, parts)`` (:func:`tiling`); the last program of each
-    row moves its cursors (NOTE [the last program moves the cursors]). ``slots [B]`` (int, -1 = padding)
-    or None (row b is slot b); ``out [B, T, Hv, V]`` contiguous.
+    One launch of the replay kernel over ``(B, units, parts)`` (:func:`tiling`), after one over ``(B, units,
+    flush_parts)`` for the flushing rows where the tiling has ``flush_items`` (NOTE [flush launch]); the last
+    program of each row moves its cursors (NOTE [the last program moves the cursors]). ``slots [B]`` (int, -1 =
+    padding) or None (row b is slot b); ``out [B, T, Hv, V]`` contiguous.
     """
     state, ring = buf.state, buf.ring
     Hv = state.shape[1]
@@ -706,7 +747,7 @@ def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[t
     if B == 0:
         return
     cd = torch.float64 if state.dtype == torch.float64 else torch.float32
-    tile = tiling(spec, K, V, B, Hv, T, block_v, items, fold_unroll, nonflush_stages)
+    tile = tiling(spec, K, V, B, Hv, T, block_v, items, fold_unroll, nonflush_stages, flush_items)
     if num_warps in (None, tile.num_warps):  # the default cap belongs to the default warps (NOTE [register cap])
         max_registers = max_registers or tile.max_registers
     read = buf.read or {}
@@ -715,14 +756,15 @@ def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[t
     stride_sk, stride_sv = ((state.stride(2), state.stride(3)) if spec.layout == "kv"
                             else (state.stride(3), state.stride(2)))
     flags_extra = dict(maxnreg=max_registers) if max_registers else {}  # NOTE [register cap]
-    replay_kernel[(B, tile.units, tile.parts)](
+    args = (
         state, q, k, v, log_a, beta, dummy if out is None else out, dummy if slots is None else slots,
         ring["k"], ring["u"], ring.get("log_a", dummy), ring.get("v", dummy), ring.get("beta", dummy),
         read.get("data", dummy), read.get("row_scale", dummy), read.get("block_scale", dummy),
         buf.count, buf.flushes, buf.nonfinite.view(torch.uint8), buf.tickets, spec.seed,
-        state.stride(0), state.stride(1), stride_sk, stride_sv,
+        state.stride(0), state.stride(1), stride_sk, stride_sv)
+    constants = dict(
         T=T, L=spec.window, BL=tile.BL, BT=triton.next_power_of_2(max(T, 1)), HV=Hv, GROUP=Hv // spec.k_heads,
-        K=K, V=V, BK=tile.BK, BV=tile.BV, ITEMS=tile.items, DECAY=_DECAY_CODE[spec.decay], DELTA=spec.delta,
+        K=K, V=V, BK=tile.BK, BV=tile.BV, DECAY=_DECAY_CODE[spec.decay], DELTA=spec.delta,
         RAW=spec.raw, READ=READ_CODES[spec.read_format], READ_KEY_MAJOR=key_major(read), LAYOUT_KV=spec.layout == "kv",
         COMMIT=commit,
         FORCE=force_flush, MATERIALIZE=materialize, HAS_SLOTS=slots is not None, SR=spec.stochastic_rounding,
@@ -730,6 +772,9 @@ def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[t
         BHV=triton.next_power_of_2(Hv), BHK=triton.next_power_of_2(spec.k_heads), FOLD_UNROLL=tile.fold_unroll,
         SPLIT=tile.nonflush_stages > 0, STAGES=max(tile.nonflush_stages, 1),
         num_warps=num_warps or tile.num_warps, **flags_extra)
+    if tile.flush_items:  # NOTE [flush launch]: before the launch that moves the cursors
+        replay_kernel[(B, tile.units, tile.flush_parts)](*args, ITEMS=tile.flush_items, ROWS=1, **constants)
+    replay_kernel[(B, tile.units, tile.parts)](*args, ITEMS=tile.items, ROWS=2 if tile.flush_items else 0, **constants)
 
 
 def commit(count: torch.Tensor, n_accepted: torch.Tensor, slots: Optional[torch.Tensor], window: int) -> None:
