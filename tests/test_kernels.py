@@ -636,11 +636,14 @@ def test_default_verify_tilings_passed_the_gpu_tests():
     families = {"scalar": {False: ["nemotron3-super-mamba2"], True: ["qwen3.5-122b-gdn"]},
                 "channel": {True: ["kimi-linear-kda"]}}
     assert verify._DEFAULT_TILING, "the table is empty: update this test and NOTE [default verify]"
-    for (decay, delta, act), tile in verify._DEFAULT_TILING.items():
+    for key, tile in verify._DEFAULT_TILING.items():
+        decay, delta, act = key
+        wide = [dict(tile, key_chunk=verify._WIDE_KEY_CHUNK[key])] if key in verify._WIDE_KEY_CHUNK else []
         for name in families[decay][delta]:
             assert act == torch.bfloat16 or name in _FP32_ACTIVATION_SHAPES, (name, act)
             tested = _VERIFY_TILINGS[name] if act == torch.bfloat16 else _FP32_ACTIVATION_TILINGS
-            assert dict(tile, token_tile=8) in tested, (name, act, tile)
+            for t in (tile, *wide):
+                assert dict(t, token_tile=8) in tested, (name, act, t)
 
 
 def test_default_verify_fewest_tokens():
@@ -656,6 +659,19 @@ def test_default_verify_fewest_tokens():
     assert not default(8, torch.float32)
     for act in (torch.bfloat16, torch.float32):
         assert [T for T in range(1, 10) if default(T, act, decay="scalar")] == list(range(2, 9))
+
+
+def test_default_verify_key_chunk_follows_the_layout():
+    """Mamba-2's bf16 verify walks a key-contiguous checkpoint in chunks of 32 keys (whole 128-byte lines) where the
+    window is at most 16, of 16 elsewhere; other entries keep 16 (NOTE [key-contiguous chunks])."""
+    from replay_compile.templates import replay, verify
+
+    spec = replay.ReplaySpec(decay="scalar", delta=False, raw=False, layout="vk", window=16, k_heads=2,
+                             read_format=None, stochastic_rounding=False, seed=0)
+    chunk = lambda act=torch.bfloat16, **kw: verify.default_tiling(
+        dataclasses.replace(spec, **kw), 8, torch.float32, act, commit=False, force_flush=False)["key_chunk"]
+    assert [chunk(window=w) for w in (4, 8, 16, 17, 24)] == [32, 32, 32, 16, 16]
+    assert chunk(layout="kv") == chunk(torch.float32) == chunk(delta=True) == 16
 
 
 @pytest.mark.gpu

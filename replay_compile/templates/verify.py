@@ -401,6 +401,7 @@ _UPD = {"tf32": "tf32x3", "bf16": "bf16x3", "bf16x2": "bf16x3"}
 #     GPU tests passed on 2026-12-07, verify_next.sh)
 #   KDA, bf16 (2026-12-07, verify_next.sh): token loop 1776 (4.61x) / 868; bf16x3 1184 (3.08x) / 1010, bf16x2 1248
 #     / 1023: the token loop stays faster at T = 4, hence 8 drafts the fewest (5-7 not timed)
+#   Mamba-2, bf16, windows of up to 16 (``_WIDE_KEY_CHUNK``, 2026-12-07 second run, H100): chunks of 32 keys.
 # bf16x2 rounds only the outputs' reads (~1e-5 of them, far under the bf16 activations' own 4e-3; the checkpoint
 # and ring stay exact, NOTE [verify product precision]); GDN takes bf16x3, fastest at T = 8 and exact, and so do
 # fp32 activations (bf16x2 not timed there). Not listed: no decay (not timed), KDA on fp32 activations (not tested
@@ -415,6 +416,16 @@ _DEFAULT_TILING: dict = {  # (decay, delta rule, activations' dtype) -> tiling k
     ("channel", True, torch.bfloat16): dict(_ONE_WARP, dot="bf16x3"),
 }
 _FEWEST_TOKENS: dict = {("channel", True, torch.bfloat16): 8}  # entries whose token loop wins below this many drafts
+
+# NOTE [key-contiguous chunks]
+# On key-contiguous (``vk``) checkpoints, Mamba-2's layout, a chunk of 16 keys is a 64-byte half of each value row's
+# 128-byte line, loaded and (by rows that fold first, ``pre``) stored half a line at a time. With windows of up to 16
+# (``BC`` = 16) chunks of 32 keys, whole lines, are much faster there; with longer windows (``BC`` = 32) they are
+# slower (more registers). H100, batch 256, bf16x2 at 1 warp, kc16 -> kc32 (us; L = w + T; 2026-12-07 second run):
+# T = 8: L = 8 (every row folds first) 1706 -> 976, L = 16 1015 -> 858, L = 24 884 -> 1254; T = 4: L = 4 1518 ->
+# 893, L = 12 899 -> 688, L = 20 727 -> 1032. The layout, not the family, is the cause: at L = 8 a ``kv`` Mamba-2
+# took 882 us at kc16 and a ``vk`` GDN 1367 against its ``kv`` 998. Only the measured entry takes the wider chunk.
+_WIDE_KEY_CHUNK: dict = {("scalar", False, torch.bfloat16): 32}  # vk states with windows up to 16: keys per chunk
 
 
 class VerifyTiling(NamedTuple):
@@ -448,7 +459,11 @@ def default_tiling(spec, T: int, compute_dtype: torch.dtype, activations: Option
         return None
     key = (spec.decay, spec.delta, activations)
     tile = _DEFAULT_TILING.get(key)
-    return None if tile is None or T < _FEWEST_TOKENS.get(key, 2) else dict(tile, token_tile=8)
+    if tile is None or T < _FEWEST_TOKENS.get(key, 2):
+        return None
+    if spec.layout == "vk" and spec.window <= 16 and key in _WIDE_KEY_CHUNK:  # NOTE [key-contiguous chunks]
+        tile = dict(tile, key_chunk=_WIDE_KEY_CHUNK[key])
+    return dict(tile, token_tile=8)
 
 
 def tiling(K: int, V: int, T: int, L: int, key_chunk: Optional[int] = None, block_v: Optional[int] = None,
