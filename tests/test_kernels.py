@@ -713,13 +713,13 @@ def test_read_copies_and_rounding_gpu(name, read, ckpt):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("flush_items", [None, 1])
+@pytest.mark.parametrize("flush_items", [None, 0])
 def test_cuda_graph_decode_loop(flush_items):
-    """A captured decode step, replayed with fresh inputs, follows the reference step by step across flushes (also
-    as two launches: NOTE [flush launch])."""
+    """A captured decode step, replayed with fresh inputs, follows the reference step by step across flushes (by
+    default in two launches, NOTE [flush launch]; 0: in one)."""
     name, L, B = "qwen3.5-4b-gdn", 4, 16
     p = _real_pair(name, B=B, L=L, seed=3, read="fp8")
-    if flush_items:
+    if flush_items is not None:
         def step(*x):
             out = torch.empty(B, 1, p.tri.num_heads, p.tri.head_v, device=DEVICE)
             one = Canonical(*(None if f is None else f[:, None] for f in x))
@@ -858,31 +858,37 @@ def test_two_row_loops_forced_either_way(family, layout, read, stages):
 def test_flush_launch(family, read, flush_items):
     """One-token ``kv`` calls with the flushing rows in a launch of their own before the others' (NOTE [flush
     launch]): steps across flushes, padding rows and a unit's last program short of pairs in either launch (value
-    tiles of 2 over V = 3), with verifies between them (one launch: verifies never split)."""
+    tiles of 2 over V = 3), with verifies between them (one launch: verifies never split), and a forced flush (every
+    row at once: the most items the flushing rows' launch walks, several rounds of its 3 programs on the CPU)."""
     g = torch.Generator().manual_seed(60 + FAMILIES.index(family))
     K = 16 if read == "fp4" else 4  # e2m1 blocks of 16 keys
     p = Pair(family, B=3, H=2, Hk=1, K=K, V=3, L=3, layout="kv", read=read, generator=g,
              tiling=dict(block_v=2, items=3, flush_items=flush_items))
     slots = torch.tensor([2, -1, 0, 1], device=DEVICE)
-    for T in (1, 1, 1, 2, 1, 1, 1, 3, 1, 1, 1):  # L = 3 steps in a row: every row flushes in each run of them
-        if T == 1:
-            p.step(slots=slots)
+    for T in (1, 1, 1, 2, 1, 1, 1, 3, 1, 1, 1, 0, 1):  # L = 3 steps in a row: every row flushes in each run of them
+        if T <= 1:
+            p.step(slots=slots, force_flush=T == 0)
         else:
             p.verify_commit(T=T, slots=slots)
 
 
 def test_flush_launch_rule(replay_launches):
-    """``flush_items`` gives one-token ``kv`` calls two launches, the flushing rows' first (``ROWS`` 1, then 2);
-    calls that do not split their row loops (verify, ``vk`` tiles) keep one (NOTE [flush launch])."""
+    """One-token ``kv`` calls with a read copy take two launches by default, the flushing rows' first (``ROWS`` 1, one
+    pair a program, then 2); without a copy one launch unless ``flush_items`` asks; calls that do not split their
+    row loops (verify, ``vk`` tiles) keep one whatever it asks (NOTE [flush launch])."""
     p = Pair("gated_deltanet", B=2, H=2, Hk=1, K=4, V=3, L=4, generator=torch.Generator().manual_seed(6))
-    q = Pair("mamba2", B=2, H=2, Hk=1, K=4, V=3, L=4, layout="vk", generator=torch.Generator().manual_seed(7))
-    for pair, T, want in ((p, 1, [1, 2]), (p, 2, [0]), (q, 1, [0])):
+    c = Pair("gated_deltanet", B=2, H=2, Hk=1, K=4, V=3, L=4, read="fp8", generator=torch.Generator().manual_seed(6))
+    q = Pair("mamba2", B=2, H=2, Hk=1, K=4, V=3, L=4, layout="vk", read="fp8",
+             generator=torch.Generator().manual_seed(7))
+    for pair, T, kw, want in ((p, 1, dict(flush_items=1), [1, 2]), (p, 1, dict(), [0]), (c, 1, dict(), [1, 2]),
+                              (c, 1, dict(flush_items=0), [0]), (p, 2, dict(flush_items=1), [0]),
+                              (q, 1, dict(flush_items=1), [0])):
         del replay_launches[:]
         out = torch.empty(2, T, 2, 3, device=DEVICE)
-        triton_impl.advance_into(pair.tri, pair.inputs(2, T=T), None, out, commit=True, force_flush=False,
-                                 flush_items=1)
-        assert [kw["ROWS"] for kw in replay_launches] == want, (T, replay_launches)
-        assert replay_launches[0]["ITEMS"] == (1 if want == [1, 2] else replay_launches[0]["ITEMS"])
+        triton_impl.advance_into(pair.tri, pair.inputs(2, T=T), None, out, commit=True, force_flush=False, **kw)
+        assert [launch["ROWS"] for launch in replay_launches] == want, (T, kw, replay_launches)
+        if want == [1, 2]:
+            assert replay_launches[0]["ITEMS"] == 1 and replay_launches[0]["ROUNDS"] >= 1
 
 
 def test_exact_zero_decays_in_verify():
