@@ -30,7 +30,7 @@
 #           its window first (2.1-2.3x one standard step; 1.23x at L = 24 in tune_replay.py)
 #   flush    the flushing rows' own launch (NOTE [flush launch], the default for read copies since f073d05): the replay
 #           template's GPU tests, then GDN / KDA steps at flush_items 0 (one launch) and 1, no copy / fp8 / 4-bit,
-#           L = 8, 16, and the flushing rows' launch at 2, 4 and 16 programs an SM
+#           L = 8, 16, and (fp8) the flushing rows' launch at 2, 4 and 16 programs an SM
 #   keychunk the GPU test of the tiling that benchmarks/experiments/2026-12-07_key_contiguous_chunks.patch makes
 #           Mamba-2's default verify on key-contiguous states at windows up to 16 (chunks of 32 keys; timed: BENCHMARKS.md
 #           2026-12-07, thirty-first session); if it passes, apply the patch (not run yet: ~1-2 min)
@@ -65,11 +65,11 @@ KEYCHUNK_TESTS="(chunked_verify_gpu and nemotron3-super and bf16x2 and key_chunk
 has keychunk && TAIL=4 part keychunk_tests 200 python3 -m pytest -m "gpu or not slow" tests/test_kernels.py -q \
   -p no:cacheprovider --tb=short -k "$KEYCHUNK_TESTS"
 FLUSH_TESTS="flush_launch or (gpu and not chunked_verify)"  # the replay template's GPU tests (default: two launches)
-has flush && TAIL=6 part flush_tests 300 python3 -m pytest -m "gpu or not slow" tests/test_kernels.py -q \
+has flush && TAIL=6 part flush_tests 240 python3 -m pytest -m "gpu or not slow" tests/test_kernels.py -q \
   -p no:cacheprovider --tb=short -k "$FLUSH_TESTS"
-has flush && TAIL=30 part flush 240 python3 benchmarks/tune_replay.py $KV_SHAPES --read none,fp8,fp4 --window 8,16 \
+has flush && TAIL=30 part flush 200 python3 benchmarks/tune_replay.py $KV_SHAPES --read none,fp8,fp4 --window 8,16 \
   --flush-items ${FLUSH_ITEMS:-0,1} --out "$OUT/flush_launch.json"
-has flush && TAIL=16 part flush_programs 120 python3 benchmarks/tune_replay.py $KV_SHAPES --read fp8,fp4 --window 16 \
+has flush && TAIL=10 part flush_programs 70 python3 benchmarks/tune_replay.py $KV_SHAPES --read fp8 --window 16 \
   --flush-items 1 --flush-programs 264,528,2112 --out "$OUT/flush_programs.json"
 X=benchmarks/experiments
 FAN_TUNE="$KV_SHAPES --read none,fp8,fp4 --window ${FAN_WINDOWS:-8,16}"
