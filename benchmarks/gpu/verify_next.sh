@@ -28,13 +28,14 @@
 #           Mamba-2 with GDN's bf16x3 products (or its bf16x2?)
 #   spec16  T = 4 and 8 at window 16: Mamba-2's T = 8 verify at window 8 runs at L = 8, where nearly every row folds
 #           its window first (2.1-2.3x one standard step; 1.23x at L = 24 in tune_replay.py)
-#   flush    the flushing rows' own launch (NOTE [flush launch], the default for read copies since f073d05): the replay
-#           template's GPU tests, then GDN / KDA steps at flush_items 0 (one launch) and 1, no copy / fp8 / 4-bit,
-#           L = 8, 16, and (fp8) the flushing rows' launch at 2, 4 and 16 programs an SM
+#   flush    the flushing rows' own launch (NOTE [flush launch], the default for read copies since f073d05): its GPU
+#           tests (two launches by default on read copies), then GDN / KDA steps at flush_items 0 (one launch) and 1,
+#           fp8 / 4-bit at L = 8, 16, no copy at L = 8
+#   flush_programs the flushing rows' launch at 2, 4 and 16 programs an SM (fp8, L = 16)
 #   keychunk the GPU test of the tiling that benchmarks/experiments/2026-12-07_key_contiguous_chunks.patch makes
 #           Mamba-2's default verify on key-contiguous states at windows up to 16 (chunks of 32 keys; timed: BENCHMARKS.md
 #           2026-12-07, thirty-first session); if it passes, apply the patch (not run yet: ~1-2 min)
-# Usage: [FAN_WINDOWS=8] [FLUSH_ITEMS=0,1] [PARTS="tests gdn kda copies spec fan fantests items prefold spec16 keychunk flush fanx fanxtests"] [TESTS=verify|copies|all] bash benchmarks/gpu/verify_next.sh [commit]
+# Usage: [FAN_WINDOWS=8] [FLUSH_ITEMS=0,1] [PARTS="tests gdn kda copies spec fan fantests items prefold spec16 keychunk flush flush_programs fanx fanxtests"] [TESTS=verify|copies|all] bash benchmarks/gpu/verify_next.sh [commit]
 # (writes under $OUT; ~15 min with every part: call it in two parts)
 set -u
 source "$(dirname "$0")/part.sh"
@@ -64,13 +65,15 @@ has spec && TAIL=40 part spec 150 python3 -m replay_compile.cli bench spec --T 1
 KEYCHUNK_TESTS="(chunked_verify_gpu and nemotron3-super and bf16x2 and key_chunk and 32 and not fp32) or default_verify"
 has keychunk && TAIL=4 part keychunk_tests 200 python3 -m pytest -m "gpu or not slow" tests/test_kernels.py -q \
   -p no:cacheprovider --tb=short -k "$KEYCHUNK_TESTS"
-FLUSH_TESTS="flush_launch or (gpu and not chunked_verify)"  # the replay template's GPU tests (default: two launches)
-has flush && TAIL=6 part flush_tests 240 python3 -m pytest -m "gpu or not slow" tests/test_kernels.py -q \
+FLUSH_TESTS="flush_launch or cuda_graph or two_row_loops_short or read_copies_and_rounding_gpu"  # two launches by default
+has flush && TAIL=6 part flush_tests 200 python3 -m pytest -m "gpu or not slow" tests/test_kernels.py -q \
   -p no:cacheprovider --tb=short -k "$FLUSH_TESTS"
-has flush && TAIL=30 part flush 200 python3 benchmarks/tune_replay.py $KV_SHAPES --read none,fp8,fp4 --window 8,16 \
+has flush && TAIL=24 part flush 170 python3 benchmarks/tune_replay.py $KV_SHAPES --read fp8,fp4 --window 8,16 \
   --flush-items ${FLUSH_ITEMS:-0,1} --out "$OUT/flush_launch.json"
-has flush && TAIL=10 part flush_programs 70 python3 benchmarks/tune_replay.py $KV_SHAPES --read fp8 --window 16 \
-  --flush-items 1 --flush-programs 264,528,2112 --out "$OUT/flush_programs.json"
+has flush && TAIL=8 part flush_none 50 python3 benchmarks/tune_replay.py $KV_SHAPES --read none --window 8 \
+  --flush-items ${FLUSH_ITEMS:-0,1} --out "$OUT/flush_launch_none.json"
+has flush_programs && TAIL=10 part flush_programs 70 python3 benchmarks/tune_replay.py $KV_SHAPES --read fp8 \
+  --window 16 --flush-items 1 --flush-programs 264,528,2112 --out "$OUT/flush_programs.json"
 X=benchmarks/experiments
 FAN_TUNE="$KV_SHAPES --read none,fp8,fp4 --window ${FAN_WINDOWS:-8,16}"
 # `fan_tests NAME PATCH`: the replay template's GPU kernel tests (not the chunked verify's) on a copy with PATCH applied
