@@ -859,7 +859,7 @@ def test_flush_launch(family, read, flush_items):
     """One-token ``kv`` calls with the flushing rows in a launch of their own before the others' (NOTE [flush
     launch]): steps across flushes, padding rows and a unit's last program short of pairs in either launch (value
     tiles of 2 over V = 3), with verifies between them (one launch: verifies never split), and a forced flush (every
-    row at once: the most items the flushing rows' launch walks, several rounds of its 3 programs on the CPU)."""
+    row at once)."""
     g = torch.Generator().manual_seed(60 + FAMILIES.index(family))
     K = 16 if read == "fp4" else 4  # e2m1 blocks of 16 keys
     p = Pair(family, B=3, H=2, Hk=1, K=K, V=3, L=3, layout="kv", read=read, generator=g,
@@ -888,7 +888,7 @@ def test_flush_launch_rule(replay_launches):
         triton_impl.advance_into(pair.tri, pair.inputs(2, T=T), None, out, commit=True, force_flush=False, **kw)
         assert [launch["ROWS"] for launch in replay_launches] == want, (T, kw, replay_launches)
         if want == [1, 2]:
-            assert replay_launches[0]["ITEMS"] == 1 and replay_launches[0]["ROUNDS"] >= 1
+            assert replay_launches[0]["ITEMS"] == 1
 
 
 def test_exact_zero_decays_in_verify():

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # What the default verify (templates/verify.py NOTE [default verify]) and the read copies need from a GPU, in parts
-# (in the order of the script, keychunk before the fan parts: a call cut at its limit keeps the parts it finished).
+# (in the order of the script: a call cut at its limit keeps the parts it finished).
 # tests to spec ran on an H100 in the thirtieth session, fan, fantests, spec16 and prefold in the thirty-first
-# (BENCHMARKS.md, 2026-12-07: the fan-out patch dropped, prefold found Mamba-2's key-contiguous chunks); they stay to
-# repeat after a change to these kernels. items, keychunk, fanx and fanxtests have not run.
+# (BENCHMARKS.md, 2026-12-07: the fan-out patch dropped, prefold found Mamba-2's key-contiguous chunks), keychunk in
+# the thirty-second (passed: the patch landed); they stay to repeat after a change to these kernels. items, flushwl,
+# fanx and fanxtests have not run (fanx's fan-outs are the flush launch's forerunners: time them only beside it).
 #   tests   the fp32-activation verify tests (the default table's fp32 entries rest on them), and the
 #           chunked verify's GDN / KDA tilings timed below (TESTS=copies: the read-copy tests instead, TESTS=all: both)
 #   gdn     GDN verify tilings around the default (T = 8 stood at 1.36x one standard step on an H100; asked <= 1.3x)
@@ -28,19 +29,18 @@
 #           Mamba-2 with GDN's bf16x3 products (or its bf16x2?)
 #   spec16  T = 4 and 8 at window 16: Mamba-2's T = 8 verify at window 8 runs at L = 8, where nearly every row folds
 #           its window first (2.1-2.3x one standard step; 1.23x at L = 24 in tune_replay.py)
-#   flush    the flushing rows' own launch (NOTE [flush launch], the default for read copies since f073d05): its GPU
-#           tests (two launches by default on read copies), then GDN / KDA steps at flush_items 0 (one launch) and 1,
-#           fp8 / 4-bit at L = 8, 16, no copy at L = 8
-#   flush_programs the flushing rows' launch at 2, 4 and 16 programs an SM (fp8, L = 16)
-#   keychunk the GPU test of the tiling that benchmarks/experiments/2026-12-07_key_contiguous_chunks.patch makes
-#           Mamba-2's default verify on key-contiguous states at windows up to 16 (chunks of 32 keys; timed: BENCHMARKS.md
-#           2026-12-07, thirty-first session); if it passes, apply the patch (not run yet: ~1-2 min)
-# Usage: [FAN_WINDOWS=8] [FLUSH_ITEMS=0,1] [PARTS="tests gdn kda copies spec fan fantests items prefold spec16 keychunk flush flush_programs fanx fanxtests"] [TESTS=verify|copies|all] bash benchmarks/gpu/verify_next.sh [commit]
+#   flushwl  the flushing rows' launch as a fixed grid walking only their (unit, pair) items
+#           (benchmarks/experiments/2026-12-07_flush_work_list.patch; main: a grid over every row's items, whose
+#           programs on rows that do not flush cost 20-40 us): the replay template's GPU tests on the patched copy, then
+#           GDN / KDA steps beside main, no copy / fp8 / 4-bit, L = 8, 16, one launch and two (not run yet)
+#   keychunk the GPU tests of Mamba-2's default verify on key-contiguous states in chunks of 32 keys (NOTE
+#           [key-contiguous chunks]) and of the default verify's table (20 s on an H100, 2026-12-07)
+# Usage: [FAN_WINDOWS=8] [PARTS="tests gdn kda copies spec fan fantests items prefold spec16 keychunk flushwl fanx fanxtests"] [TESTS=verify|copies|all] bash benchmarks/gpu/verify_next.sh [commit]
 # (writes under $OUT; ~15 min with every part: call it in two parts)
 set -u
 source "$(dirname "$0")/part.sh"
 gpu_setup verify_next_log.txt "${1:-}"
-PARTS=${PARTS:-"keychunk flush fanx"}  # then fanxtests where fanx wins
+PARTS=${PARTS:-"flushwl"}  # then fanxtests where fanx wins
 has() { [[ " $PARTS " == *" $1 "* ]]; }
 COPY_TESTS="read_copies_and_rounding_gpu or two_row_loops_short_last_program_gpu or e2m1 or e4m3"
 VERIFY_TESTS="chunked_verify_gpu_fp32_activations or (chunked_verify_gpu and (gdn or kda))"
@@ -65,15 +65,6 @@ has spec && TAIL=40 part spec 150 python3 -m replay_compile.cli bench spec --T 1
 KEYCHUNK_TESTS="(chunked_verify_gpu and nemotron3-super and bf16x2 and key_chunk and 32 and not fp32) or default_verify"
 has keychunk && TAIL=4 part keychunk_tests 200 python3 -m pytest -m "gpu or not slow" tests/test_kernels.py -q \
   -p no:cacheprovider --tb=short -k "$KEYCHUNK_TESTS"
-FLUSH_TESTS="flush_launch or cuda_graph or two_row_loops_short or read_copies_and_rounding_gpu"  # two launches by default
-has flush && TAIL=6 part flush_tests 200 python3 -m pytest -m "gpu or not slow" tests/test_kernels.py -q \
-  -p no:cacheprovider --tb=short -k "$FLUSH_TESTS"
-has flush && TAIL=24 part flush 170 python3 benchmarks/tune_replay.py $KV_SHAPES --read fp8,fp4 --window 8,16 \
-  --flush-items ${FLUSH_ITEMS:-0,1} --out "$OUT/flush_launch.json"
-has flush && TAIL=8 part flush_none 50 python3 benchmarks/tune_replay.py $KV_SHAPES --read none --window 8 \
-  --flush-items ${FLUSH_ITEMS:-0,1} --out "$OUT/flush_launch_none.json"
-has flush_programs && TAIL=10 part flush_programs 70 python3 benchmarks/tune_replay.py $KV_SHAPES --read fp8 \
-  --window 16 --flush-items 1 --flush-programs 264,528,2112 --out "$OUT/flush_programs.json"
 X=benchmarks/experiments
 FAN_TUNE="$KV_SHAPES --read none,fp8,fp4 --window ${FAN_WINDOWS:-8,16}"
 # `fan_tests NAME PATCH`: the replay template's GPU kernel tests (not the chunked verify's) on a copy with PATCH applied
@@ -81,6 +72,9 @@ fan_tests() {
   patched_copy "/tmp/$1" "$2" replay_compile && imports_from "/tmp/$1" && TAIL=4 part "$1" 400 \
     env PYTHONPATH="/tmp/$1" python3 -P -m pytest -m gpu tests/test_kernels.py -q -x -p no:cacheprovider -k "not chunked_verify"
 }
+has flushwl && fan_tests flushwl_tests $X/2026-12-07_flush_work_list.patch
+has flushwl && TESTS= BOX=240 TUNE="$FAN_TUNE --flush-items 0,1" bash "$(dirname "$0")/variants.sh" \
+  $X/2026-12-07_flush_work_list.patch
 has fanx && TESTS= BOX=200 TUNE="$FAN_TUNE" bash "$(dirname "$0")/variants.sh" \
   $X/2026-12-07_flush_fan_out_early_exit.patch $X/2026-12-07_raw_fold_key_layout.patch
 has fanxtests && fan_tests fanxtests $X/2026-12-07_flush_fan_out_early_exit.patch

@@ -97,21 +97,20 @@ split at a cap of 168 registers lost again (L = 8: 345.6 / 379.1 / 457.1 against
 
 # NOTE [flush launch]
 Where non-flush rows loop apart (NOTE [two row loops]), a call may take two launches of this kernel: first the
-rows that flush (``ROWS`` 1), ``flush_items`` pairs a program, leaving every cursor as it was; then the others
-(``ROWS`` 2), whose programs of flushing rows only take the row's ticket, so the last ticket of every row still
-moves its cursors (NOTE [the last program moves the cursors]). Both read the same cursors: stream order puts the
-whole first launch before the second, which is why the first must come first. Each launch compiles only its loop:
-the non-flush rows' kernel carries no fold, which set the registers of both (sm_90, GDN fp8 step, L = 8: 168
-registers and 228 bytes spilled in one launch; 128 and 0 in the non-flush rows' launch). The flushing rows' launch
-is a fixed grid (``FLUSH_PROGRAMS_PER_SM``) whose programs walk the flushing rows' ``(unit, part)`` items in
-rounds: each program finds the rows that flush from the cursors (``_flushing_rows``), so there is an item per
-flushing pair and no program per row that does not flush (a grid over every row's items, its first form, spent
-20-40 us of a step on 7/8 of programs that returned at once; H100, 2026-12-07). ``ROUNDS`` covers the case of every
-row flushing at once (a forced flush), which then runs longer. Still one launch sequence per call, no host sync:
-a CUDA graph captures both. The default for read copies, whose flushing rows (an fp32 tile beside the copy, a raw
-replay under the delta rule, re-quantization) set the step's time: H100, batch 256, L = 16, grid form, one launch
--> two at one pair a program (2026-12-07): GDN fp8 516.2 -> 412.7 us, 4-bit 617.3 -> 516.4; KDA fp8 302.0 -> 264.9,
-4-bit 353.3 -> 291.1. Steps without a copy keep one launch (GDN 499.7 -> 520.6 us at L = 8 in the grid form).
+rows that flush (``ROWS`` 1: the other rows' programs return at once), ``flush_items`` pairs a program, leaving
+every cursor as it was; then the others (``ROWS`` 2), whose programs of flushing rows only take the row's ticket,
+so the last ticket of every row still moves its cursors (NOTE [the last program moves the cursors]). Both read
+the same cursors: stream order puts the whole first launch before the second, which is why the first must come
+first. Each launch compiles only its loop: the non-flush rows' kernel carries no fold, which set the registers of
+both (sm_90, GDN fp8 step, L = 8: 168 registers and 228 bytes spilled in one launch; 128 and 0 for the non-flush
+rows' launch, 167 and 0 for the flushing rows' at one pair a program), and the flushing rows get as many programs
+as they have pairs. Still one launch sequence per call, no host sync: a CUDA graph captures both. The default for
+read copies, whose flushing rows (an fp32 tile beside the copy, a raw replay under the delta rule,
+re-quantization) set the step's time: H100, batch 256, L = 16, one launch -> two at one pair a program
+(2026-12-07): GDN fp8 516.2 -> 412.7 us, 4-bit 617.3 -> 516.4; KDA fp8 302.0 -> 264.9, 4-bit 353.3 -> 291.1. The
+first launch's programs on rows that do not flush (7/8 of 65536 for GDN) return at once but cost 20-40 us, which
+is why steps without a copy keep one launch (GDN 499.7 -> 520.6 us at L = 8); a fixed grid walking only the
+flushing rows' items waits for a GPU test (``benchmarks/experiments/2026-12-07_flush_work_list.patch``).
 
 # NOTE [window weights without differences]
 The decay from record ``i`` to position ``p`` is ``exp(sum_{i<j<=p} log_a_j)``: a reverse cumulative
@@ -466,23 +465,52 @@ def _take_ticket(k, log_a, beta, ring_k, ring_la, ring_beta, count, flushes, tic
 
 
 @triton.jit
-def _serve_part(
-    b, unit, part, slot, live, c, pre, post, count0,
-    state, q, k, v, log_a, beta, out, ring_k, ring_u, ring_la, ring_v, ring_beta,
-    read_data, read_row_scale, read_block_scale, flushes, nonfinite, seed,
+def replay_kernel(
+    state, q, k, v, log_a, beta, out, slots,
+    ring_k, ring_u, ring_la, ring_v, ring_beta,
+    read_data, read_row_scale, read_block_scale,
+    count, flushes, nonfinite, tickets, seed,
     stride_sn, stride_sh, stride_sk, stride_sv,
     T: tl.constexpr, L: tl.constexpr, BL: tl.constexpr, BT: tl.constexpr, HV: tl.constexpr, GROUP: tl.constexpr,
     K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, ITEMS: tl.constexpr,
     DECAY: tl.constexpr, DELTA: tl.constexpr, RAW: tl.constexpr, READ: tl.constexpr, READ_KEY_MAJOR: tl.constexpr,
-    LAYOUT_KV: tl.constexpr, SR: tl.constexpr, SR_MANT: tl.constexpr, SR_EMIN: tl.constexpr, CD: tl.constexpr,
-    FOLD_UNROLL: tl.constexpr, SPLIT: tl.constexpr, STAGES: tl.constexpr, ROWS: tl.constexpr,
+    LAYOUT_KV: tl.constexpr,
+    COMMIT: tl.constexpr, FORCE: tl.constexpr, MATERIALIZE: tl.constexpr, HAS_SLOTS: tl.constexpr,
+    SR: tl.constexpr, SR_MANT: tl.constexpr, SR_EMIN: tl.constexpr, CD: tl.constexpr,
+    BHV: tl.constexpr, BHK: tl.constexpr, FOLD_UNROLL: tl.constexpr, SPLIT: tl.constexpr,
+    STAGES: tl.constexpr, ROWS: tl.constexpr,
 ):
-    """Pairs ``[part * ITEMS, (part + 1) * ITEMS)`` of ``unit`` of row ``b`` (cursors read by the caller): the
-    tokens' outputs and update records, and on flushing rows the folded checkpoint and read copy."""
+    """Row ``b``, ``unit`` (a key group; a value head under per-channel decay), pairs ``[part * ITEMS,
+    (part + 1) * ITEMS)`` of the unit's (value head, value tile) pairs, of a replay call over ``T`` tokens.
+    ``ROWS`` (NOTE [flush launch]): 0 serves every row; 1 only the rows that flush, leaving their cursors; 2 the
+    others, and moves every row's cursors.
+
+    Inputs (contiguous): ``q, k [B, T, HK, K]``, ``v [B, T, HV, V]``, ``log_a [B, T, HV(, K)]``,
+    ``beta [B, T, HV]``; output ``out [B, T, HV, V]``. Ring (contiguous): ``k [N, L, HK, K]``,
+    ``u / v [N, L, HV, V]``, ``log_a [N, L, HV(, K)]``, ``beta [N, L, HV]``. The checkpoint is addressed
+    through its strides (``stride_sk / stride_sv`` step along keys / values, whatever the layout).
+    ``tickets [N]`` (int32, zero between calls): NOTE [the last program moves the cursors].
+    """
+    b = tl.program_id(0).to(tl.int64)
+    unit = tl.program_id(1)
+    part = tl.program_id(2)
     HK: tl.constexpr = HV // GROUP
     NVT: tl.constexpr = (V + BV - 1) // BV
     HEADS: tl.constexpr = GROUP if DECAY < 2 else 1  # value heads of a unit
+    slot, live, c = load_row(slots, count, b, L, HAS_SLOTS)
+    pre, post, count0 = row_phase(c, live, T, L, COMMIT, FORCE, MATERIALIZE)
     flush = pre | post
+    if ROWS == 1:  # NOTE [flush launch]: the flushing rows' own launch
+        if flush == 0:
+            return
+    if ROWS == 2:  # ... then the others', which only counts the flushing rows' programs done
+        if flush:
+            if live:
+                tl.debug_barrier()  # every warp has read the cursors that the row's last ticket moves
+                _take_ticket(k, log_a, beta, ring_k, ring_la, ring_beta, count, flushes, tickets, b, slot, live, pre,
+                             post, count0, T, L, HV, HK, K, BHV, BHK, BK, DECAY, RAW, COMMIT)
+            return
+
     offs_k = tl.arange(0, BK)
     mask_k = offs_k < K
     cols_v = tl.arange(0, BV)
@@ -576,91 +604,10 @@ def _serve_part(
                                               flushes, seed, slot, head, h, offs_k, offs_v, K, V, BK, BV, READ,
                                               READ_KEY_MAJOR, LAYOUT_KV, SR, SR_MANT, SR_EMIN, CD)
     tl.store(nonfinite + slot, tl.full([], 1, tl.uint8), mask=bad & live)
-
-
-@triton.jit
-def _flushing_rows(slots, count, n_rows, T: tl.constexpr, L: tl.constexpr, COMMIT: tl.constexpr,
-                   FORCE: tl.constexpr, MATERIALIZE: tl.constexpr, HAS_SLOTS: tl.constexpr, BB: tl.constexpr):
-    """``(place, n)``: each of the call's rows' ``[BB]`` place among the ``n`` rows that flush (-1: it does not)."""
-    rows = tl.arange(0, BB)
-    inside = rows < n_rows
-    if HAS_SLOTS:
-        slot = tl.load(slots + rows, mask=inside, other=-1).to(tl.int64)
-    else:
-        slot = rows.to(tl.int64)
-    live = inside & (slot >= 0)
-    c = tl.load(count + tl.maximum(slot, 0), mask=live, other=0)
-    pre, post, _ = row_phase(tl.minimum(tl.maximum(c, 0), L), live, T, L, COMMIT, FORCE, MATERIALIZE)
-    flushing = (pre | post).to(tl.int32)
-    return tl.where(flushing != 0, tl.cumsum(flushing, 0) - 1, -1), tl.sum(flushing, 0)
-
-
-@triton.jit
-def replay_kernel(
-    state, q, k, v, log_a, beta, out, slots,
-    ring_k, ring_u, ring_la, ring_v, ring_beta,
-    read_data, read_row_scale, read_block_scale,
-    count, flushes, nonfinite, tickets, seed,
-    stride_sn, stride_sh, stride_sk, stride_sv, n_rows,
-    T: tl.constexpr, L: tl.constexpr, BL: tl.constexpr, BT: tl.constexpr, HV: tl.constexpr, GROUP: tl.constexpr,
-    K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, ITEMS: tl.constexpr,
-    DECAY: tl.constexpr, DELTA: tl.constexpr, RAW: tl.constexpr, READ: tl.constexpr, READ_KEY_MAJOR: tl.constexpr,
-    LAYOUT_KV: tl.constexpr,
-    COMMIT: tl.constexpr, FORCE: tl.constexpr, MATERIALIZE: tl.constexpr, HAS_SLOTS: tl.constexpr,
-    SR: tl.constexpr, SR_MANT: tl.constexpr, SR_EMIN: tl.constexpr, CD: tl.constexpr,
-    BHV: tl.constexpr, BHK: tl.constexpr, FOLD_UNROLL: tl.constexpr, SPLIT: tl.constexpr,
-    STAGES: tl.constexpr, ROWS: tl.constexpr, UNITS: tl.constexpr, PARTS: tl.constexpr, BB: tl.constexpr,
-    ROUNDS: tl.constexpr,
-):
-    """Row ``b``, ``unit`` (a key group; a value head under per-channel decay), pairs ``[part * ITEMS,
-    (part + 1) * ITEMS)`` of the unit's (value head, value tile) pairs, of a replay call over ``T`` tokens.
-    ``ROWS`` (NOTE [flush launch]): 0 serves every row; 2 the rows that do not flush, and moves every row's
-    cursors; 1 (a grid of any size, ``ROUNDS`` items a program) walks the flushing rows' ``(unit, part)`` items
-    among the ``n_rows`` (``BB`` a power of two above) and leaves their cursors.
-
-    Inputs (contiguous): ``q, k [B, T, HK, K]``, ``v [B, T, HV, V]``, ``log_a [B, T, HV(, K)]``,
-    ``beta [B, T, HV]``; output ``out [B, T, HV, V]``. Ring (contiguous): ``k [N, L, HK, K]``,
-    ``u / v [N, L, HV, V]``, ``log_a [N, L, HV(, K)]``, ``beta [N, L, HV]``. The checkpoint is addressed
-    through its strides (``stride_sk / stride_sv`` step along keys / values, whatever the layout).
-    ``tickets [N]`` (int32, zero between calls): NOTE [the last program moves the cursors].
-    """
-    HK: tl.constexpr = HV // GROUP
-    if ROWS == 1:  # NOTE [flush launch]: the flushing rows' items, whatever their number, over a fixed grid
-        place, n_flush = _flushing_rows(slots, count, n_rows, T, L, COMMIT, FORCE, MATERIALIZE, HAS_SLOTS, BB)
-        for r in tl.range(0, ROUNDS):
-            w = tl.program_id(0) + r * tl.num_programs(0)
-            if w < n_flush * (UNITS * PARTS):
-                b = tl.sum(tl.where(place == w // (UNITS * PARTS), tl.arange(0, BB), 0)).to(tl.int64)
-                slot, live, c = load_row(slots, count, b, L, HAS_SLOTS)
-                pre, post, count0 = row_phase(c, live, T, L, COMMIT, FORCE, MATERIALIZE)
-                _serve_part(b, (w // PARTS) % UNITS, w % PARTS, slot, live, c, pre, post, count0,
-                            state, q, k, v, log_a, beta, out, ring_k, ring_u, ring_la, ring_v, ring_beta,
-                            read_data, read_row_scale, read_block_scale, flushes, nonfinite, seed,
-                            stride_sn, stride_sh, stride_sk, stride_sv, T, L, BL, BT, HV, GROUP, K, V, BK, BV, ITEMS,
-                            DECAY, DELTA, RAW, READ, READ_KEY_MAJOR, LAYOUT_KV, SR, SR_MANT, SR_EMIN, CD, FOLD_UNROLL,
-                            SPLIT, STAGES, ROWS)
-                tl.debug_barrier()  # the next item's row may be another: no warp runs ahead into it
-    else:
-        b = tl.program_id(0).to(tl.int64)
-        slot, live, c = load_row(slots, count, b, L, HAS_SLOTS)
-        pre, post, count0 = row_phase(c, live, T, L, COMMIT, FORCE, MATERIALIZE)
-        if ROWS == 2:  # the flushing rows were served by the launch before: their programs only count themselves
-            if pre | post:
-                if live:
-                    tl.debug_barrier()  # every warp has read the cursors that the row's last ticket moves
-                    _take_ticket(k, log_a, beta, ring_k, ring_la, ring_beta, count, flushes, tickets, b, slot, live,
-                                 pre, post, count0, T, L, HV, HK, K, BHV, BHK, BK, DECAY, RAW, COMMIT)
-                return
-        _serve_part(b, tl.program_id(1), tl.program_id(2), slot, live, c, pre, post, count0,
-                    state, q, k, v, log_a, beta, out, ring_k, ring_u, ring_la, ring_v, ring_beta,
-                    read_data, read_row_scale, read_block_scale, flushes, nonfinite, seed,
-                    stride_sn, stride_sh, stride_sk, stride_sv, T, L, BL, BT, HV, GROUP, K, V, BK, BV, ITEMS,
-                    DECAY, DELTA, RAW, READ, READ_KEY_MAJOR, LAYOUT_KV, SR, SR_MANT, SR_EMIN, CD, FOLD_UNROLL,
-                    SPLIT, STAGES, ROWS)
-        if live:
-            tl.debug_barrier()  # every thread of this program has read what the row's finalize overwrites
-            _take_ticket(k, log_a, beta, ring_k, ring_la, ring_beta, count, flushes, tickets, b, slot, live, pre, post,
-                         count0, T, L, HV, HK, K, BHV, BHK, BK, DECAY, RAW, COMMIT)
+    if (ROWS != 1) & live:  # the flushing rows' launch leaves the cursors to the launch after it
+        tl.debug_barrier()  # every thread of this program has read what the row's finalize overwrites
+        _take_ticket(k, log_a, beta, ring_k, ring_la, ring_beta, count, flushes, tickets, b, slot, live, pre, post,
+                     count0, T, L, HV, HK, K, BHV, BHK, BK, DECAY, RAW, COMMIT)
 
 
 # ------------------------------------------------------------------------------------------ launcher
@@ -687,17 +634,6 @@ MAX_ITEMS = 4
 # ... except where the non-flush rows loop apart on a pipelined loop, which a longer loop feeds better:
 # GDN step, L = 8, 2 stages, 4 -> 8 pairs 400.8 -> 375.3 us (H200, 2026-12-04, tune_replay.py --items 0,8)
 MAX_PIPELINED_ITEMS = 8
-
-
-# programs of the flushing rows' launch per SM (NOTE [flush launch]); 3 in all under the interpreter, where a
-# program's several rounds are what the tests should walk
-FLUSH_PROGRAMS_PER_SM = 8
-
-
-def _flush_programs(device: torch.device) -> int:
-    if device.type != "cuda":
-        return 3
-    return FLUSH_PROGRAMS_PER_SM * torch.cuda.get_device_properties(device).multi_processor_count
 
 
 @dataclasses.dataclass(frozen=True)
@@ -796,13 +732,13 @@ def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[t
            *, commit: bool, force_flush: bool, materialize: bool, block_v: Optional[int] = None,
            num_warps: Optional[int] = None, max_registers: Optional[int] = None, items: Optional[int] = None,
            fold_unroll: Optional[int] = None, nonflush_stages: Optional[int] = None,
-           flush_items: Optional[int] = None, flush_programs: Optional[int] = None) -> None:
+           flush_items: Optional[int] = None) -> None:
     """Run one replay call (``x`` inputs ``[B, T, ...]``; ``materialize``: ``x`` is None, no tokens).
 
-    One launch of the replay kernel over ``(B, units, parts)`` (:func:`tiling`), after one of ``flush_programs``
-    (default :func:`_flush_programs`) for the flushing rows where the tiling has ``flush_items`` (NOTE [flush
-    launch]); the last program of each row moves its cursors (NOTE [the last program moves the cursors]).
-    ``slots [B]`` (int, -1 = padding) or None (row b is slot b); ``out [B, T, Hv, V]`` contiguous.
+    One launch of the replay kernel over ``(B, units, parts)`` (:func:`tiling`), after one over ``(B, units,
+    flush_parts)`` for the flushing rows where the tiling has ``flush_items`` (NOTE [flush launch]); the last
+    program of each row moves its cursors (NOTE [the last program moves the cursors]). ``slots [B]`` (int, -1 =
+    padding) or None (row b is slot b); ``out [B, T, Hv, V]`` contiguous.
     """
     state, ring = buf.state, buf.ring
     Hv = state.shape[1]
@@ -832,7 +768,7 @@ def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[t
         ring["k"], ring["u"], ring.get("log_a", dummy), ring.get("v", dummy), ring.get("beta", dummy),
         read.get("data", dummy), read.get("row_scale", dummy), read.get("block_scale", dummy),
         buf.count, buf.flushes, buf.nonfinite.view(torch.uint8), buf.tickets, spec.seed,
-        state.stride(0), state.stride(1), stride_sk, stride_sv, B)
+        state.stride(0), state.stride(1), stride_sk, stride_sv)
     constants = dict(
         T=T, L=spec.window, BL=tile.BL, BT=triton.next_power_of_2(max(T, 1)), HV=Hv, GROUP=Hv // spec.k_heads,
         K=K, V=V, BK=tile.BK, BV=tile.BV, DECAY=_DECAY_CODE[spec.decay], DELTA=spec.delta,
@@ -844,13 +780,8 @@ def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[t
         SPLIT=tile.nonflush_stages > 0, STAGES=max(tile.nonflush_stages, 1),
         num_warps=num_warps or tile.num_warps, **flags_extra)
     if tile.flush_items:  # NOTE [flush launch]: before the launch that moves the cursors
-        BB = triton.next_power_of_2(B)
-        items = BB * tile.units * tile.flush_parts  # as many as there are should every row flush (BB: fewer compiles)
-        programs = min(items, flush_programs or _flush_programs(state.device))
-        replay_kernel[(programs,)](*args, ITEMS=tile.flush_items, ROWS=1, UNITS=tile.units, PARTS=tile.flush_parts,
-                                   BB=BB, ROUNDS=triton.cdiv(items, programs), **constants)
-    replay_kernel[(B, tile.units, tile.parts)](*args, ITEMS=tile.items, ROWS=2 if tile.flush_items else 0,
-                                               UNITS=1, PARTS=1, BB=1, ROUNDS=1, **constants)
+        replay_kernel[(B, tile.units, tile.flush_parts)](*args, ITEMS=tile.flush_items, ROWS=1, **constants)
+    replay_kernel[(B, tile.units, tile.parts)](*args, ITEMS=tile.items, ROWS=2 if tile.flush_items else 0, **constants)
 
 
 def commit(count: torch.Tensor, n_accepted: torch.Tensor, slots: Optional[torch.Tensor], window: int) -> None:
