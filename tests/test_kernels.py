@@ -794,6 +794,21 @@ def test_register_cap_belongs_to_the_default_warps(replay_launches):
         assert replay_launches[-1].get("maxnreg") == want, (kw, replay_launches[-1].get("maxnreg"))
 
 
+def test_nonflush_register_cap(replay_launches):
+    """``nonflush_registers`` caps only the non-flush rows' launch where the flushing rows have their own (NOTE [flush
+    launch]); the flushing rows' launch, and a call of one launch, keep the tiling's cap."""
+    from replay_compile.templates import replay
+
+    p = Pair("gated_deltanet", B=2, H=2, Hk=1, K=4, V=3, L=4, read="fp8", generator=torch.Generator().manual_seed(8))
+    cap = replay.tiling(triton_impl._spec(p.tri), 4, 3, 2, 2, 1).max_registers
+    for kw, want in ((dict(), [cap, cap]), (dict(nonflush_registers=96), [cap, 96]),
+                     (dict(nonflush_registers=96, flush_items=0), [cap])):
+        del replay_launches[:]
+        out = torch.empty(2, 1, 2, 3, device=DEVICE)
+        triton_impl.advance_into(p.tri, p.inputs(2, T=1), None, out, commit=True, force_flush=False, **kw)
+        assert [launch.get("maxnreg") for launch in replay_launches] == want, (kw, replay_launches)
+
+
 def test_fold_unrolling_rule_and_override(replay_launches):
     """One-token calls unroll the flush fold by 8 (not with a kv read copy, not verify); an explicit
     ``fold_unroll`` reaches the launch (NOTE [fold unrolling])."""

@@ -3,7 +3,7 @@
 # (in the order of the script: a call cut at its limit keeps the parts it finished).
 # tests to spec ran on an H100 in the thirtieth session, fan, fantests, spec16 and prefold in the thirty-first
 # (BENCHMARKS.md, 2026-12-07: the fan-out patch dropped, prefold found Mamba-2's key-contiguous chunks), keychunk in
-# the thirty-second (passed: the patch landed); they stay to repeat after a change to these kernels. items, flushwl,
+# the thirty-second (passed: the patch landed); they stay to repeat after a change to these kernels. items, nfcap, flushwl,
 # fanx and fanxtests have not run (fanx's fan-outs are the flush launch's forerunners: time them only beside it).
 #   tests   the fp32-activation verify tests (the default table's fp32 entries rest on them), and the
 #           chunked verify's GDN / KDA tilings timed below (TESTS=copies: the read-copy tests instead, TESTS=all: both)
@@ -33,14 +33,17 @@
 #           (benchmarks/experiments/2026-12-07_flush_work_list.patch; main: a grid over every row's items, whose
 #           programs on rows that do not flush cost 20-40 us): the replay template's GPU tests on the patched copy, then
 #           GDN / KDA steps beside main, no copy / fp8 / 4-bit, L = 8, 16, one launch and two (not run yet)
+#   nfcap    the non-flush rows' launch of read-copy steps under register caps of 112, 96 and 80 (`nonflush_registers`;
+#           it uses 128-163 registers under the default 168, where the flushing rows' launch needs them: sm_90, L = 16,
+#           at 96 GDN fp8 / 4-bit and KDA fp8 spill nothing, at 80 GDN fp8 nothing, KDA fp8 68 bytes); GDN / KDA, L = 16
 #   keychunk the GPU tests of Mamba-2's default verify on key-contiguous states in chunks of 32 keys (NOTE
 #           [key-contiguous chunks]) and of the default verify's table (20 s on an H100, 2026-12-07)
-# Usage: [FAN_WINDOWS=8] [PARTS="tests gdn kda copies spec fan fantests items prefold spec16 keychunk flushwl fanx fanxtests"] [TESTS=verify|copies|all] bash benchmarks/gpu/verify_next.sh [commit]
+# Usage: [FAN_WINDOWS=8] [PARTS="tests gdn kda copies spec fan fantests items prefold spec16 keychunk nfcap flushwl fanx fanxtests"] [TESTS=verify|copies|all] bash benchmarks/gpu/verify_next.sh [commit]
 # (writes under $OUT; ~15 min with every part: call it in two parts)
 set -u
 source "$(dirname "$0")/part.sh"
 gpu_setup verify_next_log.txt "${1:-}"
-PARTS=${PARTS:-"flushwl"}  # then fanxtests where fanx wins
+PARTS=${PARTS:-"nfcap flushwl"}  # then fanxtests where fanx wins
 has() { [[ " $PARTS " == *" $1 "* ]]; }
 COPY_TESTS="read_copies_and_rounding_gpu or two_row_loops_short_last_program_gpu or e2m1 or e4m3"
 VERIFY_TESTS="chunked_verify_gpu_fp32_activations or (chunked_verify_gpu and (gdn or kda))"
@@ -72,6 +75,8 @@ fan_tests() {
   patched_copy "/tmp/$1" "$2" replay_compile && imports_from "/tmp/$1" && TAIL=4 part "$1" 400 \
     env PYTHONPATH="/tmp/$1" python3 -P -m pytest -m gpu tests/test_kernels.py -q -x -p no:cacheprovider -k "not chunked_verify"
 }
+has nfcap && TAIL=20 part nfcap 150 python3 benchmarks/tune_replay.py $KV_SHAPES --read fp8,fp4 --window 16 \
+  --nonflush-maxnreg 0,112,96,80 --out "$OUT/nonflush_caps.json"
 has flushwl && fan_tests flushwl_tests $X/2026-12-07_flush_work_list.patch
 has flushwl && TESTS= BOX=240 TUNE="$FAN_TUNE --flush-items 0,1" bash "$(dirname "$0")/variants.sh" \
   $X/2026-12-07_flush_work_list.patch

@@ -59,7 +59,8 @@ def advance_into(rs, x: Canonical, slots, out: torch.Tensor, *, commit: bool, fo
                  block_v: Optional[int] = None, num_warps: Optional[int] = None,
                  max_registers: Optional[int] = None, items: Optional[int] = None,
                  fold_unroll: Optional[int] = None, nonflush_stages: Optional[int] = None,
-                 flush_items: Optional[int] = None, chunked: Optional[bool] = None,
+                 flush_items: Optional[int] = None, nonflush_registers: Optional[int] = None,
+                 chunked: Optional[bool] = None,
                  verify_tiling: Optional[dict] = None) -> torch.Tensor:
     """:func:`advance` writing into ``out [B, T, Hv, V]`` (contiguous, compute dtype); the keywords override
     ``templates.replay.tiling`` and ``templates.verify.tiling`` (``verify_tiling``), and ``chunked`` a verify's
@@ -78,7 +79,8 @@ def advance_into(rs, x: Canonical, slots, out: torch.Tensor, *, commit: bool, fo
         return out
     replay.launch(_buffers(rs), spec, x, _slots(slots), out, commit=commit, force_flush=force_flush,
                   materialize=False, block_v=block_v, num_warps=num_warps, max_registers=max_registers,
-                  items=items, fold_unroll=fold_unroll, nonflush_stages=nonflush_stages, flush_items=flush_items)
+                  items=items, fold_unroll=fold_unroll, nonflush_stages=nonflush_stages, flush_items=flush_items,
+                  nonflush_registers=nonflush_registers)
     return out
 
 

@@ -732,13 +732,14 @@ def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[t
            *, commit: bool, force_flush: bool, materialize: bool, block_v: Optional[int] = None,
            num_warps: Optional[int] = None, max_registers: Optional[int] = None, items: Optional[int] = None,
            fold_unroll: Optional[int] = None, nonflush_stages: Optional[int] = None,
-           flush_items: Optional[int] = None) -> None:
+           flush_items: Optional[int] = None, nonflush_registers: Optional[int] = None) -> None:
     """Run one replay call (``x`` inputs ``[B, T, ...]``; ``materialize``: ``x`` is None, no tokens).
 
     One launch of the replay kernel over ``(B, units, parts)`` (:func:`tiling`), after one over ``(B, units,
-    flush_parts)`` for the flushing rows where the tiling has ``flush_items`` (NOTE [flush launch]); the last
-    program of each row moves its cursors (NOTE [the last program moves the cursors]). ``slots [B]`` (int, -1 =
-    padding) or None (row b is slot b); ``out [B, T, Hv, V]`` contiguous.
+    flush_parts)`` for the flushing rows where the tiling has ``flush_items`` (NOTE [flush launch]; then
+    ``nonflush_registers`` caps the second launch's registers instead of ``max_registers``); the last program of
+    each row moves its cursors (NOTE [the last program moves the cursors]). ``slots [B]`` (int, -1 = padding) or
+    None (row b is slot b); ``out [B, T, Hv, V]`` contiguous.
     """
     state, ring = buf.state, buf.ring
     Hv = state.shape[1]
@@ -762,7 +763,6 @@ def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[t
     sr_mant, sr_emin = SR_FORMATS.get(str(state.dtype).removeprefix("torch."), (0, 0))
     stride_sk, stride_sv = ((state.stride(2), state.stride(3)) if spec.layout == "kv"
                             else (state.stride(3), state.stride(2)))
-    flags_extra = dict(maxnreg=max_registers) if max_registers else {}  # NOTE [register cap]
     args = (
         state, q, k, v, log_a, beta, dummy if out is None else out, dummy if slots is None else slots,
         ring["k"], ring["u"], ring.get("log_a", dummy), ring.get("v", dummy), ring.get("beta", dummy),
@@ -778,10 +778,14 @@ def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[t
         SR_MANT=sr_mant, SR_EMIN=sr_emin, CD=tl.float64 if cd == torch.float64 else tl.float32,
         BHV=triton.next_power_of_2(Hv), BHK=triton.next_power_of_2(spec.k_heads), FOLD_UNROLL=tile.fold_unroll,
         SPLIT=tile.nonflush_stages > 0, STAGES=max(tile.nonflush_stages, 1),
-        num_warps=num_warps or tile.num_warps, **flags_extra)
+        num_warps=num_warps or tile.num_warps)
+    cap = lambda registers: dict(maxnreg=registers) if registers else {}  # NOTE [register cap]
     if tile.flush_items:  # NOTE [flush launch]: before the launch that moves the cursors
-        replay_kernel[(B, tile.units, tile.flush_parts)](*args, ITEMS=tile.flush_items, ROWS=1, **constants)
-    replay_kernel[(B, tile.units, tile.parts)](*args, ITEMS=tile.items, ROWS=2 if tile.flush_items else 0, **constants)
+        replay_kernel[(B, tile.units, tile.flush_parts)](*args, ITEMS=tile.flush_items, ROWS=1, **constants,
+                                                         **cap(max_registers))
+        max_registers = nonflush_registers or max_registers
+    replay_kernel[(B, tile.units, tile.parts)](*args, ITEMS=tile.items, ROWS=2 if tile.flush_items else 0, **constants,
+                                               **cap(max_registers))
 
 
 def commit(count: torch.Tensor, n_accepted: torch.Tensor, slots: Optional[torch.Tensor], window: int) -> None:
