@@ -717,8 +717,12 @@ def test_read_copies_and_rounding_gpu(name, read, ckpt):
 def test_cuda_graph_decode_loop(flush_items):
     """A captured decode step, replayed with fresh inputs, follows the reference step by step across flushes (by
     default in two launches, NOTE [flush launch]; 0: in one)."""
+    from replay_compile.templates import replay
+
     name, L, B = "qwen3.5-4b-gdn", 4, 16
     p = _real_pair(name, B=B, L=L, seed=3, read="fp8")
+    tile = replay.tiling(triton_impl._spec(p.tri), p.tri.head_k, p.tri.head_v, B, p.tri.num_heads, 1)
+    assert tile.flush_items == 1  # the default step below takes two launches
     if flush_items is not None:
         def step(*x):
             out = torch.empty(B, 1, p.tri.num_heads, p.tri.head_v, device=DEVICE)
@@ -850,16 +854,18 @@ def test_two_row_loops_rule_and_override(replay_launches):
         assert got == want, (kw, got)
 
 
+@pytest.mark.parametrize("flush_items", [0, None])
 @pytest.mark.parametrize("family,layout,read,stages", [("gated_deltanet", "kv", None, 0), ("kda", "kv", "bf16", 2),
                                                        ("mamba2", "vk", "fp8", 1), ("deltanet", "vk", None, 2)])
-def test_two_row_loops_forced_either_way(family, layout, read, stages):
+def test_two_row_loops_forced_either_way(family, layout, read, stages, flush_items):
     """Every call (verify too) with one loop for all rows (0) or non-flush rows looping apart (1, 2: the
     interpreter ignores ``num_stages``), across flushes, padding, read copies and a unit's last program short of
     pairs (value tiles of 2 over V = 3, 3 pairs a program: the flush loop skips the missing pair, the non-flush
-    loop repeats its last one; NOTE [two row loops])."""
+    loop repeats its last one; NOTE [two row loops]); split loops in one launch (``flush_items`` 0) or, with a read
+    copy, in two by default (NOTE [flush launch])."""
     g = torch.Generator().manual_seed(50 + FAMILIES.index(family))
     p = Pair(family, B=3, H=2, Hk=1, K=4, V=3, L=3, layout=layout, read=read, generator=g,
-             tiling=dict(block_v=2, items=3, nonflush_stages=stages))
+             tiling=dict(block_v=2, items=3, nonflush_stages=stages, flush_items=flush_items))
     slots = torch.tensor([2, -1, 0, 1], device=DEVICE)
     for T in (1, 1, 2, 1, 1, 3, 1):
         if T == 1:
@@ -868,16 +874,17 @@ def test_two_row_loops_forced_either_way(family, layout, read, stages):
             p.verify_commit(T=T, slots=slots)
 
 
-@pytest.mark.parametrize("family,read,flush_items", [("gated_deltanet", None, 1), ("kda", "fp8", 2),
-                                                      ("gla", "fp4", 1), ("mamba2", "bf16", 3)])
-def test_flush_launch(family, read, flush_items):
+@pytest.mark.parametrize("family,read,flush_items,heads", [("gated_deltanet", None, 1, (2, 1)), ("kda", "fp8", 2, (2, 1)),
+                                                            ("gla", "fp4", 1, (2, 1)), ("mamba2", "bf16", 3, (2, 1)),
+                                                            ("gated_deltanet", "fp8", 1, (4, 2))])
+def test_flush_launch(family, read, flush_items, heads):
     """One-token ``kv`` calls with the flushing rows in a launch of their own before the others' (NOTE [flush
     launch]): steps across flushes, padding rows and a unit's last program short of pairs in either launch (value
-    tiles of 2 over V = 3), with verifies between them (one launch: verifies never split), and a forced flush (every
-    row at once)."""
+    tiles of 2 over V = 3), with verifies between them (one launch: verifies do not split their row loops by
+    default), and a forced flush (every row at once). 4 value heads over 2 key heads: 2 units of 4 pairs each."""
     g = torch.Generator().manual_seed(60 + FAMILIES.index(family))
     K = 16 if read == "fp4" else 4  # e2m1 blocks of 16 keys
-    p = Pair(family, B=3, H=2, Hk=1, K=K, V=3, L=3, layout="kv", read=read, generator=g,
+    p = Pair(family, B=3, H=heads[0], Hk=heads[1], K=K, V=3, L=3, layout="kv", read=read, generator=g,
              tiling=dict(block_v=2, items=3, flush_items=flush_items))
     slots = torch.tensor([2, -1, 0, 1], device=DEVICE)
     for T in (1, 1, 1, 2, 1, 1, 1, 3, 1, 1, 1, 0, 1):  # L = 3 steps in a row: every row flushes in each run of them

@@ -1,7 +1,8 @@
 """Triton implementation of the replay operations (same interface and semantics as ``reference.py``).
 
 ``advance`` runs one replay call (decode step, verify of T tokens, or the standard route with
-``force_flush``) as one launch of the replay template, or, for a verify whose form asks for it (the state's
+``force_flush``) as one launch of the replay template (two for read-copy steps: NOTE [flush launch]), or, for a
+verify whose form asks for it (the state's
 ``verify_form``, ``templates/verify_forms.py``, or ``chunked=True``), of the chunked verify template
 (``templates/verify.py``); the last program of each row moves the row's
 cursors (``templates/cursors.py`` NOTE [the last program moves the cursors]).

@@ -7,7 +7,8 @@ records and then writes its new ones over the same ring positions, so those shar
 cursor update must wait until every program of the row has read. Each program, when done, takes a
 ticket (``tickets[slot]``, an acq_rel atomic after a block barrier); the one that draws the last
 ticket has seen every other program of the row finish, writes the row's shared records, moves its
-cursors (``finalize_row``) and puts the ticket back to 0 for the next call. One launch per call, no
+cursors (``finalize_row``) and puts the ticket back to 0 for the next call (where the flushing rows have a launch of
+their own, the one after it takes their tickets: NOTE [flush launch] in ``replay.py``). One launch per call, no
 host sync: a CUDA graph replays it with fresh cursor values. Tile-private records (``u``, raw ``v``)
 are written by the program that owns the tile. A slot given twice in one call would leave its ticket
 off count; the host check rejects repeated slots (``ReplayState._check_slots``).

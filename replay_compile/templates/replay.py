@@ -1,4 +1,5 @@
-"""The replay decode template: one launch of it serves every row of a step, verify or materialize.
+"""The replay decode template: one launch of it serves every row of a step, verify or materialize (two where the
+flushing rows take a launch of their own: NOTE [flush launch]).
 
 A program owns one row and a run of (value head, value tile) pairs of one unit (NOTE [key-group
 programs]). Per pair it loads the ``[K, BV]`` checkpoint tile once (or, on rows that do not flush, the
@@ -96,7 +97,8 @@ nothing) **221.1** / 228.7 / 234.1, hence 1 stage under per-channel decay (it al
 split at a cap of 168 registers lost again (L = 8: 345.6 / 379.1 / 457.1 against one loop's 331.0).
 
 # NOTE [flush launch]
-Where non-flush rows loop apart (NOTE [two row loops]), a call may take two launches of this kernel: first the
+Where non-flush rows loop apart (NOTE [two row loops]: by default one-token ``kv`` calls, materialize included),
+a call may take two launches of this kernel: first the
 rows that flush (``ROWS`` 1: the other rows' programs return at once), ``flush_items`` pairs a program, leaving
 every cursor as it was; then the others (``ROWS`` 2), whose programs of flushing rows only take the row's ticket,
 so the last ticket of every row still moves its cursors (NOTE [the last program moves the cursors]). Both read
@@ -108,7 +110,7 @@ as they have pairs. Still one launch sequence per call, no host sync: a CUDA gra
 read copies, whose flushing rows (an fp32 tile beside the copy, a raw replay under the delta rule,
 re-quantization) set the step's time: H100, batch 256, L = 16, one launch -> two at one pair a program
 (2026-12-07): GDN fp8 516.2 -> 412.7 us, 4-bit 617.3 -> 516.4; KDA fp8 302.0 -> 264.9, 4-bit 353.3 -> 291.1. The
-first launch's programs on rows that do not flush (7/8 of 65536 for GDN) return at once but cost 20-40 us, which
+first launch's programs on rows that do not flush (at L = 8, 7/8 of GDN's 65536) return at once but cost 20-40 us, which
 is why steps without a copy keep one launch (GDN 499.7 -> 520.6 us at L = 8); a fixed grid walking only the
 flushing rows' items waits for a GPU test (``benchmarks/experiments/2026-12-07_flush_work_list.patch``).
 
@@ -505,10 +507,9 @@ def replay_kernel(
             return
     if ROWS == 2:  # ... then the others', which only counts the flushing rows' programs done
         if flush:
-            if live:
-                tl.debug_barrier()  # every warp has read the cursors that the row's last ticket moves
-                _take_ticket(k, log_a, beta, ring_k, ring_la, ring_beta, count, flushes, tickets, b, slot, live, pre,
-                             post, count0, T, L, HV, HK, K, BHV, BHK, BK, DECAY, RAW, COMMIT)
+            tl.debug_barrier()  # every warp has read the cursors that the row's last ticket moves (flush: a live row)
+            _take_ticket(k, log_a, beta, ring_k, ring_la, ring_beta, count, flushes, tickets, b, slot, live, pre,
+                         post, count0, T, L, HV, HK, K, BHV, BHK, BK, DECAY, RAW, COMMIT)
             return
 
     offs_k = tl.arange(0, BK)
@@ -725,7 +726,7 @@ def tiling(spec: ReplaySpec, K: int, V: int, rows: int, Hv: int, T: int, block_v
     flush_items = min(flush_items, per_unit) if nonflush_stages > 0 else 0
     return Tiling(BK, BV, triton.next_power_of_2(spec.window), num_warps, cap, units, items,
                   triton.cdiv(per_unit, items), fold_unroll, nonflush_stages, flush_items,
-                  triton.cdiv(per_unit, max(flush_items, 1)))
+                  triton.cdiv(per_unit, flush_items) if flush_items else 0)
 
 
 def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[torch.Tensor], out: Optional[torch.Tensor],
