@@ -303,9 +303,9 @@ def test_chunked_verify_split_products_on_bf16_activations(family, dot, activati
 
 
 def test_chunked_verify_key_contiguous_chunks_of_32():
-    """Mamba-2's candidate default on key-contiguous states at short windows (NOTE [key-contiguous chunks] in
-    benchmarks/experiments/2026-12-07_key_contiguous_chunks.patch): bf16x2 at 1 warp walking K = 72 in chunks of 32
-    (the last partly masked), rows that fold first, padding, bf16 activations."""
+    """Mamba-2's default on key-contiguous states at windows up to 16 (NOTE [key-contiguous chunks] in
+    templates/verify.py): bf16x2 at 1 warp walking K = 72 in chunks of 32 (the last partly masked), rows that fold
+    first, padding, bf16 activations."""
     g = torch.Generator().manual_seed(97)
     p = Pair("mamba2", B=3, H=2, Hk=1, K=72, V=5, L=6, layout="vk", generator=g, long_memory=True,
              activations=torch.bfloat16, out_tol=_READ_TOL["bf16x2"], tiling=dict(verify_tiling=dict(
