@@ -129,7 +129,7 @@ def main(argv=None) -> int:
     p.add_argument("--flush-items", type=int, default=-1, help="override the flushing rows' launch (NOTE [flush "
                    "launch]): 0 none, n > 0 n pairs a program")
     p.add_argument("--nonflush-maxnreg", type=int, default=0, help="register cap of the non-flush rows' launch where "
-                   "the flushing rows have their own (0: --maxnreg's)")
+                   "the flushing rows have their own (0: the default, NONFLUSH_REGISTERS or --maxnreg's)")
     p.add_argument("--verify-form", default="auto", help="verify calls' template and tiling (tune_replay.py's "
                    "--verify-form, one variant)")
     p.add_argument("--activations", choices=("bf16", "fp32"), default="bf16",

@@ -65,7 +65,8 @@ def main(argv=None) -> int:
     p.add_argument("--flush-items", type=comma_list(int), default=[-1], help="-1 the default, 0 one launch for every "
                    "row, n > 0 the flushing rows first in a launch of n pairs a program (NOTE [flush launch])")
     p.add_argument("--nonflush-maxnreg", type=comma_list(int), default=[0], help="register cap of the non-flush rows' "
-                   "launch where the flushing rows have their own (0: --maxnreg's; no effect on calls of one launch)")
+                   "launch where the flushing rows have their own (0: the default, NONFLUSH_REGISTERS or --maxnreg's; no effect "
+                   "on calls of one launch)")
     p.add_argument("--verify", type=comma_list(int), default=[])
     p.add_argument("--verify-window", type=comma_list(int), default=[16], help="verify rows use L = w + T for each w "
                    "(as bench kernels)")

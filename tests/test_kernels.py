@@ -799,14 +799,18 @@ def test_register_cap_belongs_to_the_default_warps(replay_launches):
 
 
 def test_nonflush_register_cap(replay_launches):
-    """``nonflush_registers`` caps only the non-flush rows' launch where the flushing rows have their own (NOTE [flush
-    launch]); the flushing rows' launch, and a call of one launch, keep the tiling's cap."""
+    """The non-flush rows' launch runs under ``NONFLUSH_REGISTERS`` where the flushing rows have their own (NOTE
+    [non-flush register cap]); ``nonflush_registers`` overrides it, ``max_registers`` sets both launches, other
+    warps drop both default caps; the flushing rows' launch, and a call of one launch, keep the tiling's cap."""
     from replay_compile.templates import replay
 
     p = Pair("gated_deltanet", B=2, H=2, Hk=1, K=4, V=3, L=4, read="fp8", generator=torch.Generator().manual_seed(8))
-    cap = replay.tiling(triton_impl._spec(p.tri), 4, 3, 2, 2, 1).max_registers
-    for kw, want in ((dict(), [cap, cap]), (dict(nonflush_registers=96), [cap, 96]),
-                     (dict(nonflush_registers=96, flush_items=0), [cap])):
+    tile = replay.tiling(triton_impl._spec(p.tri), 4, 3, 2, 2, 1)
+    cap = tile.max_registers
+    assert tile.flush_items and cap and tile.nonflush_registers == replay.NONFLUSH_REGISTERS < cap
+    for kw, want in ((dict(), [cap, replay.NONFLUSH_REGISTERS]), (dict(nonflush_registers=80), [cap, 80]),
+                     (dict(max_registers=200), [200, 200]), (dict(num_warps=4), [None, None]),
+                     (dict(nonflush_registers=80, flush_items=0), [cap])):
         del replay_launches[:]
         out = torch.empty(2, 1, 2, 3, device=DEVICE)
         triton_impl.advance_into(p.tri, p.inputs(2, T=1), None, out, commit=True, force_flush=False, **kw)

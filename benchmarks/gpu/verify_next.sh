@@ -3,8 +3,8 @@
 # (in the order of the script: a call cut at its limit keeps the parts it finished).
 # tests to spec ran on an H100 in the thirtieth session, fan, fantests, spec16 and prefold in the thirty-first
 # (BENCHMARKS.md, 2026-12-07: the fan-out patch dropped, prefold found Mamba-2's key-contiguous chunks), keychunk in
-# the thirty-second (passed: the patch landed); they stay to repeat after a change to these kernels. items, nfcap, flushwl,
-# fanx and fanxtests have not run (fanx's fan-outs are the flush launch's forerunners: time them only beside it).
+# the thirty-second (passed: the patch landed), nfcap and flushwl in the thirty-third (a cap of 96 landed; the work
+# list lost); they stay to repeat after a change to these kernels. items, fanx and fanxtests have not run (fanx's fan-outs are the flush launch's forerunners: time them only beside it).
 #   tests   the fp32-activation verify tests (the default table's fp32 entries rest on them), and the
 #           chunked verify's GDN / KDA tilings timed below (TESTS=copies: the read-copy tests instead, TESTS=all: both)
 #   gdn     GDN verify tilings around the default (T = 8 stood at 1.36x one standard step on an H100; asked <= 1.3x)
@@ -36,14 +36,16 @@
 #   nfcap    the non-flush rows' launch of read-copy steps under register caps of 112, 96 and 80 (`nonflush_registers`;
 #           it uses 128-163 registers under the default 168, where the flushing rows' launch needs them: sm_90, L = 16,
 #           at 96 GDN fp8 / 4-bit and KDA fp8 spill nothing, at 80 GDN fp8 nothing, KDA fp8 68 bytes); GDN / KDA, L = 16
+#   nfcheck  the replay template's GPU tests (not the chunked verify's) with the non-flush launch's default cap of 96
+#            (NOTE [non-flush register cap]), and read-copy steps of GDN / KDA at L = 8, 16 under it and at 80
 #   keychunk the GPU tests of Mamba-2's default verify on key-contiguous states in chunks of 32 keys (NOTE
 #           [key-contiguous chunks]) and of the default verify's table (20 s on an H100, 2026-12-07)
-# Usage: [FAN_WINDOWS=8] [PARTS="tests gdn kda copies spec fan fantests items prefold spec16 keychunk nfcap flushwl fanx fanxtests"] [TESTS=verify|copies|all] bash benchmarks/gpu/verify_next.sh [commit]
+# Usage: [FAN_WINDOWS=8] [PARTS="tests gdn kda copies spec fan fantests items prefold spec16 keychunk nfcap nfcheck flushwl fanx fanxtests"] [TESTS=verify|copies|all] bash benchmarks/gpu/verify_next.sh [commit]
 # (writes under $OUT; ~15 min with every part: call it in two parts)
 set -u
 source "$(dirname "$0")/part.sh"
 gpu_setup verify_next_log.txt "${1:-}"
-PARTS=${PARTS:-"nfcap flushwl"}  # then fanxtests where fanx wins
+PARTS=${PARTS:-"nfcheck"}
 has() { [[ " $PARTS " == *" $1 "* ]]; }
 COPY_TESTS="read_copies_and_rounding_gpu or two_row_loops_short_last_program_gpu or e2m1 or e4m3"
 VERIFY_TESTS="chunked_verify_gpu_fp32_activations or (chunked_verify_gpu and (gdn or kda))"
@@ -77,6 +79,10 @@ fan_tests() {
 }
 has nfcap && TAIL=20 part nfcap 150 python3 benchmarks/tune_replay.py $KV_SHAPES --read fp8,fp4 --window 16 \
   --nonflush-maxnreg 0,112,96,80 --out "$OUT/nonflush_caps.json"
+has nfcheck && TAIL=4 part nfcheck_tests 330 python3 -m pytest -m gpu tests/test_kernels.py -q -x -p no:cacheprovider \
+  -k "not chunked_verify"
+has nfcheck && TAIL=20 part nfcheck 150 python3 benchmarks/tune_replay.py $KV_SHAPES --read fp8,fp4 --window 8,16 \
+  --nonflush-maxnreg 0,80 --out "$OUT/nonflush_default.json"
 has flushwl && fan_tests flushwl_tests $X/2026-12-07_flush_work_list.patch
 has flushwl && TESTS= BOX=240 TUNE="$FAN_TUNE --flush-items 0,1" bash "$(dirname "$0")/variants.sh" \
   $X/2026-12-07_flush_work_list.patch

@@ -111,8 +111,18 @@ read copies, whose flushing rows (an fp32 tile beside the copy, a raw replay und
 re-quantization) set the step's time: H100, batch 256, L = 16, one launch -> two at one pair a program
 (2026-12-07): GDN fp8 516.2 -> 412.7 us, 4-bit 617.3 -> 516.4; KDA fp8 302.0 -> 264.9, 4-bit 353.3 -> 291.1. The
 first launch's programs on rows that do not flush (at L = 8, 7/8 of GDN's 65536) return at once but cost 20-40 us, which
-is why steps without a copy keep one launch (GDN 499.7 -> 520.6 us at L = 8); a fixed grid walking only the
-flushing rows' items waits for a GPU test (``benchmarks/experiments/2026-12-07_flush_work_list.patch``).
+is why steps without a copy keep one launch (GDN 499.7 -> 520.6 us at L = 8). A fixed grid (8 programs an SM) walking
+only the flushing rows' items lost (H100, L = 16: GDN fp8 412.0 -> 449.7 us, 4-bit 513.8 -> 572.3; without a copy
+at L = 8, 520.4 -> 535.2): its few programs serve a flush slower than one program a pair does, more than the idle
+programs it saves (``benchmarks/experiments/2026-12-07_flush_work_list.patch``).
+
+# NOTE [non-flush register cap]
+Once the fold has a launch of its own (NOTE [flush launch]), the non-flush rows' launch needs far fewer registers
+than the 168 of NOTE [register cap] (sm_90, L = 16: 128-163 used), and a lower cap buys occupancy: at 96 GDN fp8 /
+4-bit and KDA fp8 spill nothing. H100, batch 256, L = 16, step us at caps 168 / 112 / 96 / 80 (2026-12-07,
+``tune_replay.py --nonflush-maxnreg``): GDN fp8 413.1 / 413.6 / 393.8 / 382.2, 4-bit 516.5 / 464.2 / 429.0 /
+426.2; KDA fp8 264.8 / 245.1 / 242.2 / 247.9, 4-bit 290.7 / 266.5 / 267.2 / 270.4. 96 is within 3% of the best
+cap in every cell (``NONFLUSH_REGISTERS``); the flushing rows' launch keeps 168.
 
 # NOTE [window weights without differences]
 The decay from record ``i`` to position ``p`` is ``exp(sum_{i<j<=p} log_a_j)``: a reverse cumulative
@@ -635,6 +645,8 @@ MAX_ITEMS = 4
 # ... except where the non-flush rows loop apart on a pipelined loop, which a longer loop feeds better:
 # GDN step, L = 8, 2 stages, 4 -> 8 pairs 400.8 -> 375.3 us (H200, 2026-12-04, tune_replay.py --items 0,8)
 MAX_PIPELINED_ITEMS = 8
+# register cap of the non-flush rows' launch where the flushing rows have their own (NOTE [non-flush register cap])
+NONFLUSH_REGISTERS = 96
 
 
 @dataclasses.dataclass(frozen=True)
@@ -680,6 +692,7 @@ class Tiling(NamedTuple):
     nonflush_stages: int  # 0: one loop for every row; s > 0: non-flush rows loop apart over s stages (NOTE [two row loops])
     flush_items: int  # 0: one launch; n > 0: the flushing rows first, in a launch of n pairs a program (NOTE [flush launch])
     flush_parts: int  # programs per unit of that launch
+    nonflush_registers: Optional[int]  # register cap of the launch after it (NOTE [non-flush register cap])
 
 
 def tiling(spec: ReplaySpec, K: int, V: int, rows: int, Hv: int, T: int, block_v: Optional[int] = None,
@@ -724,9 +737,10 @@ def tiling(spec: ReplaySpec, K: int, V: int, rows: int, Hv: int, T: int, block_v
     if flush_items is None:  # NOTE [flush launch]: read copies (their flushing rows set the step's time)
         flush_items = 1 if spec.read_format else 0
     flush_items = min(flush_items, per_unit) if nonflush_stages > 0 else 0
+    nonflush_cap = NONFLUSH_REGISTERS if flush_items and cap else cap  # NOTE [non-flush register cap]
     return Tiling(BK, BV, triton.next_power_of_2(spec.window), num_warps, cap, units, items,
                   triton.cdiv(per_unit, items), fold_unroll, nonflush_stages, flush_items,
-                  triton.cdiv(per_unit, flush_items) if flush_items else 0)
+                  triton.cdiv(per_unit, flush_items) if flush_items else 0, nonflush_cap)
 
 
 def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[torch.Tensor], out: Optional[torch.Tensor],
@@ -757,7 +771,8 @@ def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[t
         return
     cd = torch.float64 if state.dtype == torch.float64 else torch.float32
     tile = tiling(spec, K, V, B, Hv, T, block_v, items, fold_unroll, nonflush_stages, flush_items)
-    if num_warps in (None, tile.num_warps):  # the default cap belongs to the default warps (NOTE [register cap])
+    if num_warps in (None, tile.num_warps):  # the default caps belong to the default warps (NOTE [register cap])
+        nonflush_registers = nonflush_registers or max_registers or tile.nonflush_registers
         max_registers = max_registers or tile.max_registers
     read = buf.read or {}
     dummy = ring["k"]
