@@ -800,21 +800,25 @@ def test_register_cap_belongs_to_the_default_warps(replay_launches):
 
 def test_nonflush_register_cap(replay_launches):
     """The non-flush rows' launch runs under ``NONFLUSH_REGISTERS`` where the flushing rows have their own (NOTE
-    [non-flush register cap]); ``nonflush_registers`` overrides it, ``max_registers`` sets both launches, other
-    warps drop both default caps; the flushing rows' launch, and a call of one launch, keep the tiling's cap."""
+    [non-flush register cap]); ``nonflush_registers`` / ``nonflush_warps`` set that launch alone, ``max_registers``
+    both; warps other than the tiling's drop the default caps; a call of one launch ignores the non-flush settings."""
     from replay_compile.templates import replay
 
     p = Pair("gated_deltanet", B=2, H=2, Hk=1, K=4, V=3, L=4, read="fp8", generator=torch.Generator().manual_seed(8))
     tile = replay.tiling(triton_impl._spec(p.tri), 4, 3, 2, 2, 1)
-    cap = tile.max_registers
-    assert tile.flush_items and cap and tile.nonflush_registers == replay.NONFLUSH_REGISTERS < cap
-    for kw, want in ((dict(), [cap, replay.NONFLUSH_REGISTERS]), (dict(nonflush_registers=80), [cap, 80]),
-                     (dict(max_registers=200), [200, 200]), (dict(num_warps=4), [None, None]),
-                     (dict(nonflush_registers=80, flush_items=0), [cap])):
+    cap, nw, nf = tile.max_registers, tile.num_warps, replay.NONFLUSH_REGISTERS
+    assert tile.flush_items and cap and tile.nonflush_registers == nf < cap
+    for kw, want in ((dict(), [(nw, cap), (nw, nf)]), (dict(nonflush_registers=80), [(nw, cap), (nw, 80)]),
+                     (dict(max_registers=200), [(nw, 200), (nw, 200)]),
+                     (dict(num_warps=2 * nw), [(2 * nw, None), (2 * nw, None)]),
+                     (dict(nonflush_warps=2 * nw), [(nw, cap), (2 * nw, None)]),
+                     (dict(nonflush_warps=2 * nw, nonflush_registers=64), [(nw, cap), (2 * nw, 64)]),
+                     (dict(nonflush_registers=80, nonflush_warps=2 * nw, flush_items=0), [(nw, cap)])):
         del replay_launches[:]
         out = torch.empty(2, 1, 2, 3, device=DEVICE)
         triton_impl.advance_into(p.tri, p.inputs(2, T=1), None, out, commit=True, force_flush=False, **kw)
-        assert [launch.get("maxnreg") for launch in replay_launches] == want, (kw, replay_launches)
+        got = [(launch["num_warps"], launch.get("maxnreg")) for launch in replay_launches]
+        assert got == want, (kw, got)
 
 
 def test_fold_unrolling_rule_and_override(replay_launches):

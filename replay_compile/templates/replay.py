@@ -747,12 +747,13 @@ def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[t
            *, commit: bool, force_flush: bool, materialize: bool, block_v: Optional[int] = None,
            num_warps: Optional[int] = None, max_registers: Optional[int] = None, items: Optional[int] = None,
            fold_unroll: Optional[int] = None, nonflush_stages: Optional[int] = None,
-           flush_items: Optional[int] = None, nonflush_registers: Optional[int] = None) -> None:
+           flush_items: Optional[int] = None, nonflush_registers: Optional[int] = None,
+           nonflush_warps: Optional[int] = None) -> None:
     """Run one replay call (``x`` inputs ``[B, T, ...]``; ``materialize``: ``x`` is None, no tokens).
 
     One launch of the replay kernel over ``(B, units, parts)`` (:func:`tiling`), after one over ``(B, units,
     flush_parts)`` for the flushing rows where the tiling has ``flush_items`` (NOTE [flush launch]; then
-    ``nonflush_registers`` caps the second launch's registers instead of ``max_registers``); the last program of
+    ``nonflush_registers`` and ``nonflush_warps`` set the second launch's register cap and warps); the last program of
     each row moves its cursors (NOTE [the last program moves the cursors]). ``slots [B]`` (int, -1 = padding) or
     None (row b is slot b); ``out [B, T, Hv, V]`` contiguous.
     """
@@ -771,9 +772,15 @@ def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[t
         return
     cd = torch.float64 if state.dtype == torch.float64 else torch.float32
     tile = tiling(spec, K, V, B, Hv, T, block_v, items, fold_unroll, nonflush_stages, flush_items)
-    if num_warps in (None, tile.num_warps):  # the default caps belong to the default warps (NOTE [register cap])
-        nonflush_registers = nonflush_registers or max_registers or tile.nonflush_registers
-        max_registers = max_registers or tile.max_registers
+    num_warps = num_warps or tile.num_warps
+    if not tile.flush_items:  # one launch: the non-flush rows' own settings do not apply
+        nonflush_registers, nonflush_warps = None, None
+    nonflush_warps = nonflush_warps or num_warps
+    # the default caps belong to the default warps (NOTE [register cap], NOTE [non-flush register cap])
+    max_registers_default = tile.max_registers if num_warps == tile.num_warps else None
+    nonflush_default = tile.nonflush_registers if nonflush_warps == tile.num_warps else None
+    nonflush_registers = nonflush_registers or max_registers or nonflush_default
+    max_registers = max_registers or max_registers_default
     read = buf.read or {}
     dummy = ring["k"]
     sr_mant, sr_emin = SR_FORMATS.get(str(state.dtype).removeprefix("torch."), (0, 0))
@@ -793,15 +800,13 @@ def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[t
         FORCE=force_flush, MATERIALIZE=materialize, HAS_SLOTS=slots is not None, SR=spec.stochastic_rounding,
         SR_MANT=sr_mant, SR_EMIN=sr_emin, CD=tl.float64 if cd == torch.float64 else tl.float32,
         BHV=triton.next_power_of_2(Hv), BHK=triton.next_power_of_2(spec.k_heads), FOLD_UNROLL=tile.fold_unroll,
-        SPLIT=tile.nonflush_stages > 0, STAGES=max(tile.nonflush_stages, 1),
-        num_warps=num_warps or tile.num_warps)
+        SPLIT=tile.nonflush_stages > 0, STAGES=max(tile.nonflush_stages, 1))
     cap = lambda registers: dict(maxnreg=registers) if registers else {}  # NOTE [register cap]
     if tile.flush_items:  # NOTE [flush launch]: before the launch that moves the cursors
         replay_kernel[(B, tile.units, tile.flush_parts)](*args, ITEMS=tile.flush_items, ROWS=1, **constants,
-                                                         **cap(max_registers))
-        max_registers = nonflush_registers or max_registers
+                                                         num_warps=num_warps, **cap(max_registers))
     replay_kernel[(B, tile.units, tile.parts)](*args, ITEMS=tile.items, ROWS=2 if tile.flush_items else 0, **constants,
-                                               **cap(max_registers))
+                                               num_warps=nonflush_warps, **cap(nonflush_registers))
 
 
 def commit(count: torch.Tensor, n_accepted: torch.Tensor, slots: Optional[torch.Tensor], window: int) -> None:
