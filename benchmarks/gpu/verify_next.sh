@@ -39,7 +39,8 @@
 #   nfcheck  the replay template's GPU tests (not the chunked verify's) with the non-flush launch's default cap of 96
 #            (NOTE [non-flush register cap]), and read-copy steps of GDN / KDA at L = 16 with that launch on 2 or 4
 #            warps (`nonflush_warps`) under caps of 96 (2 warps' default; none on 4), 80 and 64 (sm_90, 4 warps at 64:
-#            no spills, 8 programs / 32 warps an SM against 2 warps' 10 / 20)
+#            no spills, 8 programs / 32 warps an SM against 2 warps' 10 / 20), then the flushing rows' launch on 4 warps
+#            (uncapped and at 128) beside the default non-flush launch
 #   keychunk the GPU tests of Mamba-2's default verify on key-contiguous states in chunks of 32 keys (NOTE
 #           [key-contiguous chunks]) and of the default verify's table (20 s on an H100, 2026-12-07)
 # Usage: [FAN_WINDOWS=8] [PARTS="tests gdn kda copies spec fan fantests items prefold spec16 keychunk nfcap nfcheck flushwl fanx fanxtests"] [TESTS=verify|copies|all] bash benchmarks/gpu/verify_next.sh [commit]
@@ -85,6 +86,8 @@ has nfcheck && TAIL=4 part nfcheck_tests 330 python3 -m pytest -m gpu tests/test
   -k "not chunked_verify"
 has nfcheck && TAIL=30 part nfcheck 200 python3 benchmarks/tune_replay.py $KV_SHAPES --read fp8,fp4 --window 16 \
   --nonflush-warps 2,4 --nonflush-maxnreg 0,80,64 --out "$OUT/nonflush_warps.json"
+has nfcheck && TAIL=12 part flush_warps 80 python3 benchmarks/tune_replay.py $KV_SHAPES --read fp8,fp4 --window 16 \
+  --warps 4 --maxnreg 0,128 --nonflush-warps 2 --nonflush-maxnreg 96 --out "$OUT/flush_warps.json"
 has flushwl && fan_tests flushwl_tests $X/2026-12-07_flush_work_list.patch
 has flushwl && TESTS= BOX=240 TUNE="$FAN_TUNE --flush-items 0,1" bash "$(dirname "$0")/variants.sh" \
   $X/2026-12-07_flush_work_list.patch
