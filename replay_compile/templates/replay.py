@@ -122,7 +122,10 @@ than the 168 of NOTE [register cap] (sm_90, L = 16: 128-163 used), and a lower c
 4-bit and KDA fp8 spill nothing. H100, batch 256, L = 16, step us at caps 168 / 112 / 96 / 80 (2026-12-07,
 ``tune_replay.py --nonflush-maxnreg``): GDN fp8 413.1 / 413.6 / 393.8 / 382.2, 4-bit 516.5 / 464.2 / 429.0 /
 426.2; KDA fp8 264.8 / 245.1 / 242.2 / 247.9, 4-bit 290.7 / 266.5 / 267.2 / 270.4. 96 is within 3% of the best
-cap in every cell (``NONFLUSH_REGISTERS``); the flushing rows' launch keeps 168.
+cap in every cell (``NONFLUSH_REGISTERS``); the flushing rows' launch keeps 168. More warps lost there: the
+non-flush launch on 4 warps (``nonflush_warps``; 32 resident warps an SM at 64 registers against 20) ran its rows
+35-52% slower at every cap, each key reduction then crossing 4 warps through shared memory; so did the flushing
+rows' launch on 4 warps (GDN fp8 392.1 -> 399.2 us, 4-bit 429.5 -> 451.8 at 128 registers).
 
 # NOTE [window weights without differences]
 The decay from record ``i`` to position ``p`` is ``exp(sum_{i<j<=p} log_a_j)``: a reverse cumulative
