@@ -4,7 +4,8 @@
 # tests to spec ran on an H100 in the thirtieth session, fan, fantests, spec16 and prefold in the thirty-first
 # (BENCHMARKS.md, 2026-12-07: the fan-out patch dropped, prefold found Mamba-2's key-contiguous chunks), keychunk in
 # the thirty-second (passed: the patch landed), nfcap and flushwl in the thirty-third (a cap of 96 landed; the work
-# list lost); they stay to repeat after a change to these kernels. items, fanx and fanxtests have not run (fanx's fan-outs are the flush launch's forerunners: time them only beside it).
+# list lost), nfcheck there too (tests passed; 4 warps lost); they stay to repeat after a change to these kernels.
+# items, unroll, fanx and fanxtests have not run (fanx's fan-outs are the flush launch's forerunners: time them only beside it).
 #   tests   the fp32-activation verify tests (the default table's fp32 entries rest on them), and the
 #           chunked verify's GDN / KDA tilings timed below (TESTS=copies: the read-copy tests instead, TESTS=all: both)
 #   gdn     GDN verify tilings around the default (T = 8 stood at 1.36x one standard step on an H100; asked <= 1.3x)
@@ -41,14 +42,19 @@
 #            warps (`nonflush_warps`) under caps of 96 (2 warps' default; none on 4), 80 and 64 (sm_90, 4 warps at 64:
 #            no spills, 8 programs / 32 warps an SM against 2 warps' 10 / 20), then the flushing rows' launch on 4 warps
 #            (uncapped and at 128) beside the default non-flush launch
+#   unroll   read-copy steps of GDN / KDA at L = 8, 16 with the flushing rows' fold unrolled by 2, 4 and 8 (NOTE [fold
+#            unrolling]: read copies on `kv` tiles keep 1, from when the fold shared a kernel with the copy's
+#            dequantisation; in the flush launch it no longer does. sm_90, L = 16, flushing rows' launch at 1 / 2 / 4 /
+#            8: GDN fp8 166 / 168 / 168 / 168 registers, 0 spilled; GDN 4-bit 16 / 8 / 32 / 8 bytes spilled; KDA fp8
+#            0 / 12 / 32 / 80). Where one wins, make it the default and run PARTS=nfcheck (its tests) on it
 #   keychunk the GPU tests of Mamba-2's default verify on key-contiguous states in chunks of 32 keys (NOTE
 #           [key-contiguous chunks]) and of the default verify's table (20 s on an H100, 2026-12-07)
-# Usage: [FAN_WINDOWS=8] [PARTS="tests gdn kda copies spec fan fantests items prefold spec16 keychunk nfcap nfcheck flushwl fanx fanxtests"] [TESTS=verify|copies|all] bash benchmarks/gpu/verify_next.sh [commit]
+# Usage: [FAN_WINDOWS=8] [PARTS="tests gdn kda copies spec fan fantests items prefold spec16 keychunk nfcap nfcheck unroll flushwl fanx fanxtests"] [TESTS=verify|copies|all] bash benchmarks/gpu/verify_next.sh [commit]
 # (writes under $OUT; ~15 min with every part: call it in two parts)
 set -u
 source "$(dirname "$0")/part.sh"
 gpu_setup verify_next_log.txt "${1:-}"
-PARTS=${PARTS:-"nfcheck"}
+PARTS=${PARTS:-"unroll"}
 has() { [[ " $PARTS " == *" $1 "* ]]; }
 COPY_TESTS="read_copies_and_rounding_gpu or two_row_loops_short_last_program_gpu or e2m1 or e4m3"
 VERIFY_TESTS="chunked_verify_gpu_fp32_activations or (chunked_verify_gpu and (gdn or kda))"
@@ -88,6 +94,8 @@ has nfcheck && TAIL=30 part nfcheck 200 python3 benchmarks/tune_replay.py $KV_SH
   --nonflush-warps 2,4 --nonflush-maxnreg 0,80,64 --out "$OUT/nonflush_warps.json"
 has nfcheck && TAIL=12 part flush_warps 80 python3 benchmarks/tune_replay.py $KV_SHAPES --read fp8,fp4 --window 16 \
   --warps 4 --maxnreg 0,128 --nonflush-warps 2 --nonflush-maxnreg 96 --out "$OUT/flush_warps.json"
+has unroll && TAIL=36 part unroll 200 python3 benchmarks/tune_replay.py $KV_SHAPES --read fp8,fp4 --window 8,16 \
+  --fold-unroll 0,2,4,8 --out "$OUT/flush_unroll.json"
 has flushwl && fan_tests flushwl_tests $X/2026-12-07_flush_work_list.patch
 has flushwl && TESTS= BOX=240 TUNE="$FAN_TUNE --flush-items 0,1" bash "$(dirname "$0")/variants.sh" \
   $X/2026-12-07_flush_work_list.patch
