@@ -700,6 +700,19 @@ def test_flush_launch_gpu(name, read):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("name,read,L,dot,warps", [("qwen3.5-122b-gdn", "fp8", 16, "tf32x3", None),
+                                                  ("qwen3.5-4b-gdn", "fp4", 5, "ieee", 4)])
+def test_raw_fold_as_products_gpu(name, read, L, dot, warps):
+    """The flushing rows' raw delta fold as tensor-core (or FMA) products at real shapes (NOTE [raw fold as
+    products]): steps across pre and post flushes with padding rows, a forced flush of a partial window."""
+    p = _real_pair(name, B=5, L=L, seed=6, read=read,
+                   tiling=dict(fold_products=True, fold_dot=dot, num_warps=warps, nonflush_warps=warps and 2))
+    slots = torch.tensor([4, -1, 0, 2, 1, 3], device=DEVICE)
+    for n in range(L + 2):
+        p.step(slots=slots, force_flush=n == L // 2)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("name,read,ckpt", [("nemotron3-super-mamba2", "fp8", torch.float32),
                                             ("qwen3.5-4b-gdn", "fp4", torch.float32),
                                             ("kimi-linear-kda", "fp16", torch.bfloat16)])
@@ -779,6 +792,24 @@ def replay_launches(monkeypatch):
             return lambda *args, **kwargs: launches.append(kwargs)
 
     monkeypatch.setattr(replay, "replay_kernel", Capture())
+    return launches
+
+
+@pytest.fixture
+def replay_launches_run(monkeypatch):
+    """The keyword arguments of each replay-kernel launch, recorded as the launches run."""
+    from replay_compile.templates import replay
+
+    launches, kernel = [], replay.replay_kernel
+
+    class Record:
+        def __getitem__(self, grid):
+            def run(*args, **kwargs):
+                launches.append(kwargs)
+                return kernel[grid](*args, **kwargs)
+            return run
+
+    monkeypatch.setattr(replay, "replay_kernel", Record())
     return launches
 
 
@@ -900,6 +931,21 @@ def test_flush_launch(family, read, flush_items, heads):
             p.step(slots=slots, force_flush=T == 0)
         else:
             p.verify_commit(T=T, slots=slots)
+
+
+@pytest.mark.parametrize("family,read,L", [("gated_deltanet", "fp8", 5), ("deltanet", "bf16", 3),
+                                           ("gated_deltanet", "fp4", 16)])
+def test_raw_fold_as_products(family, read, L, replay_launches_run):
+    """The flushing rows' raw delta fold as products (NOTE [raw fold as products]) against the torch path's record
+    by record: windows padded to 16 rows (L = 3, 5) and full (16), pre and post flushes, a forced flush of a partial
+    window, padding rows, and a value tile short of columns (V = 17 in tiles of 16)."""
+    g = torch.Generator().manual_seed(70 + L)
+    p = Pair(family, B=3, H=2, Hk=1, K=16, V=17, L=L, read=read, generator=g,
+             tiling=dict(block_v=16, fold_products=True))
+    slots = torch.tensor([2, -1, 0, 1], device=DEVICE)
+    for n in range(L + 2):
+        p.step(slots=slots, force_flush=n == L // 2)
+    assert {launch["FOLD_ROWS"] for launch in replay_launches_run if launch["ROWS"] == 1} == {16}
 
 
 def test_flush_launch_rule(replay_launches):

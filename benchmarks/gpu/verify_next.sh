@@ -5,7 +5,7 @@
 # (BENCHMARKS.md, 2026-12-07: the fan-out patch dropped, prefold found Mamba-2's key-contiguous chunks), keychunk in
 # the thirty-second (passed: the patch landed), nfcap and flushwl in the thirty-third (a cap of 96 landed; the work
 # list lost), nfcheck there too (tests passed; 4 warps lost); they stay to repeat after a change to these kernels.
-# items, unroll, fanx and fanxtests have not run (fanx's fan-outs are the flush launch's forerunners: time them only beside it).
+# items, unroll, products, fanx and fanxtests have not run (fanx's fan-outs are the flush launch's forerunners: time them only beside it).
 #   tests   the fp32-activation verify tests (the default table's fp32 entries rest on them), and the
 #           chunked verify's GDN / KDA tilings timed below (TESTS=copies: the read-copy tests instead, TESTS=all: both)
 #   gdn     GDN verify tilings around the default (T = 8 stood at 1.36x one standard step on an H100; asked <= 1.3x)
@@ -47,14 +47,17 @@
 #            dequantisation; in the flush launch it no longer does. sm_90, L = 16, flushing rows' launch at 1 / 2 / 4 /
 #            8: GDN fp8 166 / 168 / 168 / 168 registers, 0 spilled; GDN 4-bit 16 / 8 / 32 / 8 bytes spilled; KDA fp8
 #            0 / 12 / 32 / 80). Where one wins, make it the default and run PARTS=nfcheck (its tests) on it
+#   products the flushing rows' raw delta fold as products (NOTE [raw fold as products], opt-in): its GPU tests and
+#            the flush launch's, then GDN's read-copy steps at L = 16 with it on 2 (default) or 4 warps, tf32x3 or ieee
+#            products (the non-flush launch stays on 2 warps), beside the record loop
 #   keychunk the GPU tests of Mamba-2's default verify on key-contiguous states in chunks of 32 keys (NOTE
 #           [key-contiguous chunks]) and of the default verify's table (20 s on an H100, 2026-12-07)
-# Usage: [FAN_WINDOWS=8] [PARTS="tests gdn kda copies spec fan fantests items prefold spec16 keychunk nfcap nfcheck unroll flushwl fanx fanxtests"] [TESTS=verify|copies|all] bash benchmarks/gpu/verify_next.sh [commit]
+# Usage: [FAN_WINDOWS=8] [PARTS="tests gdn kda copies spec fan fantests items prefold spec16 keychunk nfcap nfcheck unroll products flushwl fanx fanxtests"] [TESTS=verify|copies|all] bash benchmarks/gpu/verify_next.sh [commit]
 # (writes under $OUT; ~15 min with every part: call it in two parts)
 set -u
 source "$(dirname "$0")/part.sh"
 gpu_setup verify_next_log.txt "${1:-}"
-PARTS=${PARTS:-"unroll"}
+PARTS=${PARTS:-"unroll products"}
 has() { [[ " $PARTS " == *" $1 "* ]]; }
 COPY_TESTS="read_copies_and_rounding_gpu or two_row_loops_short_last_program_gpu or e2m1 or e4m3"
 VERIFY_TESTS="chunked_verify_gpu_fp32_activations or (chunked_verify_gpu and (gdn or kda))"
@@ -96,6 +99,11 @@ has nfcheck && TAIL=12 part flush_warps 80 python3 benchmarks/tune_replay.py $KV
   --warps 4 --maxnreg 0,128 --nonflush-warps 2 --nonflush-maxnreg 96 --out "$OUT/flush_warps.json"
 has unroll && TAIL=36 part unroll 200 python3 benchmarks/tune_replay.py $KV_SHAPES --read fp8,fp4 --window 8,16 \
   --fold-unroll 0,2,4,8 --out "$OUT/flush_unroll.json"
+has products && TAIL=4 part products_tests 200 python3 -m pytest -m gpu tests/test_kernels.py -q -p no:cacheprovider \
+  --tb=short -k "raw_fold_as_products_gpu or flush_launch_gpu"
+has products && TAIL=20 part products 150 python3 benchmarks/tune_replay.py --shapes qwen3.5-122b-gdn --batch 256 \
+  --read fp8,fp4 --window 16 --fold-products 0,1 --warps 0,4 --nonflush-warps 2 --fold-dot tf32x3,ieee \
+  --out "$OUT/fold_products.json"
 has flushwl && fan_tests flushwl_tests $X/2026-12-07_flush_work_list.patch
 has flushwl && TESTS= BOX=240 TUNE="$FAN_TUNE --flush-items 0,1" bash "$(dirname "$0")/variants.sh" \
   $X/2026-12-07_flush_work_list.patch

@@ -127,6 +127,27 @@ non-flush launch on 4 warps (``nonflush_warps``; 32 resident warps an SM at 64 r
 35-52% slower at every cap, each key reduction then crossing 4 warps through shared memory; so did the flushing
 rows' launch on 4 warps (GDN fp8 392.1 -> 399.2 us, 4-bit 429.5 -> 451.8 at 128 registers).
 
+# NOTE [raw fold as products]
+With a read copy, a delta-rule flush replays its raw records from the exact checkpoint (``_fold_raw``): each record
+reduces the tile against its key and waits for the last record's rank-1 update, a chain of ``L`` cross-thread
+reductions that sets the flushing rows' time (GDN fp8, H100, L = 16: the flushing rows add ~108 us to a 284 us
+non-flush step). Under scalar (or no) decay the same recurrence solves in products of small matrices, the chunked
+verify's algebra (NOTE [chunked verify algebra] in ``verify.py``) with the records as the tokens: for records ``i``
+with keys ``K [R, BK]``, values ``V [R, BV]``, ``beta``, ``P_i`` the decay of records ``0..i`` and ``E[i, s]`` that
+of records ``s < r <= i``::
+
+    A = beta * E * (K K^T), strictly lower      U = (I + A)^-1 (beta * (V - P * (K S)))
+    S' = P_all S + (W * K)^T U                  W[s]: the decay of the records after s
+
+with ``(I + A)^-1 = (I - A)(I + A^2)(I + A^4)...`` (``A`` is nilpotent: ``log2(R)`` squarings and products of
+``[R, R]``, no chain over rows). ``R`` is the window rounded up to a power of two and at least 16 (the tensor
+cores' least dim; padding records are zero). Opt-in (``fold_products``, ``fold_dot`` the products' input
+precision: ``tf32x3`` about fp32's accuracy, ``ieee`` FMA loops), only in the flushing rows' launch, and only with
+value tiles and keys of 16 or more. Not timed yet. sm_90 (``sm90_report.py ... --fold-products``), GDN fp8, L =
+16, flushing rows' launch: 2 warps 4244 bytes spilled (the products' operands of 128 keys held in registers), 4
+warps 360 (``ieee``: 48), 8 warps 60, against the record loop's 0 on 2 warps; per-channel decay keeps the loop
+(its ``E`` is per key channel, ``[R, R, BK]``).
+
 # NOTE [window weights without differences]
 The decay from record ``i`` to position ``p`` is ``exp(sum_{i<j<=p} log_a_j)``: a reverse cumulative
 sum of the log-decays shifted by one position (gathered a second time at ``j + 1``), never a difference
@@ -252,12 +273,78 @@ def _fold_raw(S, rk, rla, rv, rbeta, xk, xla, xv, xbeta, n_ring, n_new, offs_k, 
 
 
 @triton.jit
+def _records(ring_row, x_row, stride, jj, n_ring, n_total, cols, col_mask, CD: tl.constexpr):
+    """``[BR, BC]``: records ``jj`` of a window at once (:func:`_record` of each), 0 past ``n_total``."""
+    ring = (jj < n_ring)[:, None] & col_mask[None, :]
+    new = ((jj >= n_ring) & (jj < n_total))[:, None] & col_mask[None, :]
+    r = tl.load(ring_row + jj[:, None] * stride + cols[None, :], mask=ring, other=0.0)
+    x = tl.load(x_row + (jj - n_ring)[:, None] * stride + cols[None, :], mask=new, other=0.0)
+    return tl.where(ring, r.to(CD), x.to(CD))
+
+
+@triton.jit
+def _records1(ring_row, x_row, stride, jj, n_ring, n_total, CD: tl.constexpr):
+    """``[BR]`` scalar records (per-head beta or log-decay) ``jj`` of a window, as :func:`_records`."""
+    ring = jj < n_ring
+    r = tl.load(ring_row + jj * stride, mask=ring, other=0.0)
+    x = tl.load(x_row + (jj - n_ring) * stride, mask=(jj >= n_ring) & (jj < n_total), other=0.0)
+    return tl.where(ring, r.to(CD), x.to(CD))
+
+
+@triton.jit
+def _unit_lower_inverse(A, DOT: tl.constexpr):
+    """``(I + A)^-1`` for strictly lower-triangular ``A [BR, BR]`` (``BR`` a power of two): ``A`` is nilpotent,
+    so the inverse is ``(I - A)(I + A^2)(I + A^4)...``, ``log2(BR) - 1`` squarings and as many products, with no
+    chain over its rows."""
+    BR: tl.constexpr = A.shape[0]
+    r = tl.arange(0, BR)
+    eye = (r[:, None] == r[None, :]).to(A.dtype)
+    M = -A
+    X = eye + M
+    for k in tl.static_range(1, 8):
+        if (1 << k) < BR:
+            M = tl.dot(M, M, input_precision=DOT)
+            X = tl.dot(X, eye + M, input_precision=DOT)
+    return X
+
+
+@triton.jit
+def _fold_raw_products(S, rk, rla, rv, rbeta, xk, xla, xv, xbeta, n_ring, n_new, offs_k, mask_k, offs_v, mask_v,
+                       KS: tl.constexpr, LS: tl.constexpr, US: tl.constexpr, BS: tl.constexpr, BR: tl.constexpr,
+                       DECAY: tl.constexpr, CD: tl.constexpr, DOT: tl.constexpr):
+    """:func:`_fold_raw` (scalar or no decay) as products of small matrices, NOTE [raw fold as products]; ``BR``
+    (a power of two, at least the window and 16) rows of records, those past ``n_ring + n_new`` zero."""
+    n_total = n_ring + n_new
+    jj = tl.arange(0, BR)
+    live = jj < n_total
+    Kr = _records(rk, xk, KS, jj, n_ring, n_total, offs_k, mask_k, CD)  # [BR, BK]
+    Vr = _records(rv, xv, US, jj, n_ring, n_total, offs_v, mask_v, CD)  # [BR, BV]
+    beta = _records1(rbeta, xbeta, BS, jj, n_ring, n_total, CD)
+    la = _records1(rla, xla, LS, jj, n_ring, n_total, CD) if DECAY == 1 else tl.zeros([BR], CD)
+    later = jj[:, None] > jj[None, :]  # [i, s]: s < i
+    P = tl.exp(tl.sum(tl.where(later | (jj[:, None] == jj[None, :]), la[None, :], 0.0), 1))  # records 0..i
+    W = tl.exp(tl.sum(tl.where(later, la[:, None], 0.0), 0))  # W[s]: the records after s
+    E = tl.exp(tl.cumsum(tl.where(later, la[:, None], 0.0), 0))  # E[i, s]: records s < r <= i (s < i)
+    KK = tl.dot(Kr, tl.trans(Kr), input_precision=DOT)
+    A = tl.where(later, beta[:, None] * E * KK, 0.0)
+    rhs = tl.where(live[:, None], beta[:, None] * (Vr - P[:, None] * tl.dot(Kr, S, input_precision=DOT)), 0.0)
+    U = tl.dot(_unit_lower_inverse(A, DOT), rhs, input_precision=DOT)
+    P_all = tl.exp(tl.sum(la, 0))
+    return S * P_all + tl.dot(tl.trans(Kr * W[:, None]), U, input_precision=DOT)
+
+
+@triton.jit
 def _fold_window(S, rk, rla, ru, rv, rbeta, xk, xla, xv, xbeta, n_ring, n_new, offs_k, mask_k, offs_v, mask_v,
                  KS: tl.constexpr, LS: tl.constexpr, US: tl.constexpr, HV: tl.constexpr, L: tl.constexpr,
-                 BL: tl.constexpr, DECAY: tl.constexpr, RAW: tl.constexpr, CD: tl.constexpr, UNROLL: tl.constexpr):
+                 BL: tl.constexpr, DECAY: tl.constexpr, RAW: tl.constexpr, CD: tl.constexpr, UNROLL: tl.constexpr,
+                 FOLD_ROWS: tl.constexpr, FOLD_DOT: tl.constexpr):
     """The tile after the window's records: ``n_ring`` from the ring, then ``n_new`` of this call's inputs
-    (:func:`_fold`; raw delta records replay the recurrence, :func:`_fold_raw`)."""
-    if RAW:
+    (:func:`_fold`; raw delta records replay the recurrence, :func:`_fold_raw`, or with ``FOLD_ROWS`` > 0 solve
+    it in products, :func:`_fold_raw_products`)."""
+    if RAW and (FOLD_ROWS > 0):
+        S = _fold_raw_products(S, rk, rla, rv, rbeta, xk, xla, xv, xbeta, n_ring, n_new, offs_k, mask_k, offs_v,
+                               mask_v, KS, LS, US, HV, FOLD_ROWS, DECAY, CD, FOLD_DOT)
+    elif RAW:
         S = _fold_raw(S, rk, rla, rv, rbeta, xk, xla, xv, xbeta, n_ring, n_new, offs_k, mask_k, offs_v, mask_v,
                       KS, LS, US, HV, L, DECAY, CD, UNROLL)
     else:
@@ -493,7 +580,7 @@ def replay_kernel(
     COMMIT: tl.constexpr, FORCE: tl.constexpr, MATERIALIZE: tl.constexpr, HAS_SLOTS: tl.constexpr,
     SR: tl.constexpr, SR_MANT: tl.constexpr, SR_EMIN: tl.constexpr, CD: tl.constexpr,
     BHV: tl.constexpr, BHK: tl.constexpr, FOLD_UNROLL: tl.constexpr, SPLIT: tl.constexpr,
-    STAGES: tl.constexpr, ROWS: tl.constexpr,
+    STAGES: tl.constexpr, ROWS: tl.constexpr, FOLD_ROWS: tl.constexpr, FOLD_DOT: tl.constexpr,
 ):
     """Row ``b``, ``unit`` (a key group; a value head under per-channel decay), pairs ``[part * ITEMS,
     (part + 1) * ITEMS)`` of the unit's (value head, value tile) pairs, of a replay call over ``T`` tokens.
@@ -598,7 +685,8 @@ def replay_kernel(
                     if loop == 1:
                         if pre:  # fold the committed records first (their ring positions are about to be reused)
                             base = _fold_window(base, rk, rla, ru, rv, rbeta, xk, xla, xv, xbeta, c, 0, offs_k, mask_k,
-                                                cols_v, mask_v, KS, LS, US, HV, L, BL, DECAY, RAW, CD, FOLD_UNROLL)
+                                                cols_v, mask_v, KS, LS, US, HV, L, BL, DECAY, RAW, CD, FOLD_UNROLL,
+                                                FOLD_ROWS, FOLD_DOT)
                         tl.debug_barrier()  # every old record is read before this tile's new records overwrite them
 
                     U = _ring(ru, US, j, count0, cols_v, mask_v, CD)
@@ -612,7 +700,7 @@ def replay_kernel(
                         if post:  # post rows read the exact checkpoint: base is exact
                             new = _fold_window(base, rk, rla, ru, rv, rbeta, xk, xla, xv, xbeta, count0, T, offs_k,
                                                mask_k, cols_v, mask_v, KS, LS, US, HV, L, BL, DECAY, RAW, CD,
-                                               FOLD_UNROLL)
+                                               FOLD_UNROLL, FOLD_ROWS, FOLD_DOT)
                         if flush:
                             _store_checkpoint(new, state, s_tile, mask_kv, read_data, read_row_scale, read_block_scale,
                                               flushes, seed, slot, head, h, offs_k, offs_v, K, V, BK, BV, READ,
@@ -696,11 +784,13 @@ class Tiling(NamedTuple):
     flush_items: int  # 0: one launch; n > 0: the flushing rows first, in a launch of n pairs a program (NOTE [flush launch])
     flush_parts: int  # programs per unit of that launch
     nonflush_registers: Optional[int]  # register cap of the launch after it (NOTE [non-flush register cap])
+    fold_rows: int  # 0: the flushing rows' raw fold record by record; r > 0: in products of r rows (NOTE [raw fold as products])
 
 
 def tiling(spec: ReplaySpec, K: int, V: int, rows: int, Hv: int, T: int, block_v: Optional[int] = None,
            items: Optional[int] = None, fold_unroll: Optional[int] = None,
-           nonflush_stages: Optional[int] = None, flush_items: Optional[int] = None) -> Tiling:
+           nonflush_stages: Optional[int] = None, flush_items: Optional[int] = None,
+           fold_products: Optional[bool] = None) -> Tiling:
     """How a call of ``T`` tokens over ``rows`` rows is cut into programs (:class:`Tiling`).
 
     Value tiles of ~4K elements, halved while the grid would leave SMs idle; every tile holds all keys,
@@ -741,9 +831,14 @@ def tiling(spec: ReplaySpec, K: int, V: int, rows: int, Hv: int, T: int, block_v
         flush_items = 1 if spec.read_format else 0
     flush_items = min(flush_items, per_unit) if nonflush_stages > 0 else 0
     nonflush_cap = NONFLUSH_REGISTERS if flush_items and cap else cap  # NOTE [non-flush register cap]
-    return Tiling(BK, BV, triton.next_power_of_2(spec.window), num_warps, cap, units, items,
+    BL = triton.next_power_of_2(spec.window)
+    # NOTE [raw fold as products]: the flush launch's raw delta fold under scalar or no decay, on operands the
+    # tensor cores take (every dim >= 16)
+    products = (fold_products and spec.raw and spec.decay != "channel" and flush_items > 0 and min(BK, BV) >= 16)
+    return Tiling(BK, BV, BL, num_warps, cap, units, items,
                   triton.cdiv(per_unit, items), fold_unroll, nonflush_stages, flush_items,
-                  triton.cdiv(per_unit, flush_items) if flush_items else 0, nonflush_cap)
+                  triton.cdiv(per_unit, flush_items) if flush_items else 0, nonflush_cap,
+                  max(BL, 16) if products else 0)
 
 
 def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[torch.Tensor], out: Optional[torch.Tensor],
@@ -751,12 +846,14 @@ def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[t
            num_warps: Optional[int] = None, max_registers: Optional[int] = None, items: Optional[int] = None,
            fold_unroll: Optional[int] = None, nonflush_stages: Optional[int] = None,
            flush_items: Optional[int] = None, nonflush_registers: Optional[int] = None,
-           nonflush_warps: Optional[int] = None) -> None:
+           nonflush_warps: Optional[int] = None, fold_products: Optional[bool] = None,
+           fold_dot: str = "tf32x3") -> None:
     """Run one replay call (``x`` inputs ``[B, T, ...]``; ``materialize``: ``x`` is None, no tokens).
 
     One launch of the replay kernel over ``(B, units, parts)`` (:func:`tiling`), after one over ``(B, units,
     flush_parts)`` for the flushing rows where the tiling has ``flush_items`` (NOTE [flush launch]; then
-    ``nonflush_registers`` and ``nonflush_warps`` set the second launch's register cap and warps); the last program of
+    ``nonflush_registers`` and ``nonflush_warps`` set the second launch's register cap and warps, and
+    ``fold_products`` / ``fold_dot`` the first's raw fold, NOTE [raw fold as products]); the last program of
     each row moves its cursors (NOTE [the last program moves the cursors]). ``slots [B]`` (int, -1 = padding) or
     None (row b is slot b); ``out [B, T, Hv, V]`` contiguous.
     """
@@ -774,7 +871,7 @@ def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[t
     if B == 0:
         return
     cd = torch.float64 if state.dtype == torch.float64 else torch.float32
-    tile = tiling(spec, K, V, B, Hv, T, block_v, items, fold_unroll, nonflush_stages, flush_items)
+    tile = tiling(spec, K, V, B, Hv, T, block_v, items, fold_unroll, nonflush_stages, flush_items, fold_products)
     num_warps = num_warps or tile.num_warps
     if not tile.flush_items:  # one launch: the non-flush rows' own settings do not apply
         nonflush_registers, nonflush_warps = None, None
@@ -803,13 +900,14 @@ def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[t
         FORCE=force_flush, MATERIALIZE=materialize, HAS_SLOTS=slots is not None, SR=spec.stochastic_rounding,
         SR_MANT=sr_mant, SR_EMIN=sr_emin, CD=tl.float64 if cd == torch.float64 else tl.float32,
         BHV=triton.next_power_of_2(Hv), BHK=triton.next_power_of_2(spec.k_heads), FOLD_UNROLL=tile.fold_unroll,
-        SPLIT=tile.nonflush_stages > 0, STAGES=max(tile.nonflush_stages, 1))
+        SPLIT=tile.nonflush_stages > 0, STAGES=max(tile.nonflush_stages, 1), FOLD_DOT=fold_dot)
     cap = lambda registers: dict(maxnreg=registers) if registers else {}  # NOTE [register cap]
     if tile.flush_items:  # NOTE [flush launch]: before the launch that moves the cursors
         replay_kernel[(B, tile.units, tile.flush_parts)](*args, ITEMS=tile.flush_items, ROWS=1, **constants,
-                                                         num_warps=num_warps, **cap(max_registers))
+                                                         FOLD_ROWS=tile.fold_rows, num_warps=num_warps,
+                                                         **cap(max_registers))
     replay_kernel[(B, tile.units, tile.parts)](*args, ITEMS=tile.items, ROWS=2 if tile.flush_items else 0, **constants,
-                                               num_warps=nonflush_warps, **cap(nonflush_registers))
+                                               FOLD_ROWS=0, num_warps=nonflush_warps, **cap(nonflush_registers))
 
 
 def commit(count: torch.Tensor, n_accepted: torch.Tensor, slots: Optional[torch.Tensor], window: int) -> None:
