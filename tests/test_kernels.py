@@ -937,14 +937,31 @@ def test_flush_launch(family, read, flush_items, heads):
                                            ("gated_deltanet", "fp4", 16)])
 def test_raw_fold_as_products(family, read, L, replay_launches_run):
     """The flushing rows' raw delta fold as products (NOTE [raw fold as products]) against the torch path's record
-    by record: windows padded to 16 rows (L = 3, 5) and full (16), pre and post flushes, a forced flush of a partial
-    window, padding rows, and a value tile short of columns (V = 17 in tiles of 16)."""
+    by record: windows padded to 16 rows (L = 3, 5) and full (16); a pre flush (a full window from verifies whose
+    drafts were all accepted), a pre and a post flush in one forced step, a forced flush of a partial window, post
+    flushes; padding rows, and a value tile short of columns (V = 17 in tiles of 16)."""
     g = torch.Generator().manual_seed(70 + L)
     p = Pair(family, B=3, H=2, Hk=1, K=16, V=17, L=L, read=read, generator=g,
              tiling=dict(block_v=16, fold_products=True))
     slots = torch.tensor([2, -1, 0, 1], device=DEVICE)
-    for n in range(L + 2):
-        p.step(slots=slots, force_flush=n == L // 2)
+    accept_all = torch.full((4,), L - 1, device=DEVICE)
+
+    def fill_window():  # from one record, L - 1 drafts all accepted: every row's window full (c = L)
+        x = p.inputs(4, T=L - 1)
+        p.check(*p._out(x, slots, False), "verify")
+        p.ref.impl.commit(p.ref, accept_all, slots)
+        triton_impl.commit(p.tri, accept_all, slots)
+        assert p.tri.count.tolist() == [L] * 3
+
+    p.step(slots=slots)
+    fill_window()
+    p.step(slots=slots)  # pre flush
+    fill_window()
+    p.step(slots=slots, force_flush=True)  # pre and post
+    p.step(slots=slots)
+    p.step(slots=slots, force_flush=True)  # post of a partial window
+    for _ in range(L):
+        p.step(slots=slots)  # a post flush at the L-th
     assert {launch["FOLD_ROWS"] for launch in replay_launches_run if launch["ROWS"] == 1} == {16}
 
 

@@ -143,10 +143,12 @@ with ``(I + A)^-1 = (I - A)(I + A^2)(I + A^4)...`` (``A`` is nilpotent: ``log2(R
 ``[R, R]``, no chain over rows). ``R`` is the window rounded up to a power of two and at least 16 (the tensor
 cores' least dim; padding records are zero). Opt-in (``fold_products``, ``fold_dot`` the products' input
 precision: ``tf32x3`` about fp32's accuracy, ``ieee`` FMA loops), only in the flushing rows' launch, and only with
-value tiles and keys of 16 or more. Not timed yet. sm_90 (``sm90_report.py ... --fold-products``), GDN fp8, L =
-16, flushing rows' launch: 2 warps 4244 bytes spilled (the products' operands of 128 keys held in registers), 4
-warps 360 (``ieee``: 48), 8 warps 60, against the record loop's 0 on 2 warps; per-channel decay keeps the loop
-(its ``E`` is per key channel, ``[R, R, BK]``).
+value tiles and keys of 16 or more. The products over keys (``K K^T``, ``K S``) run 16 keys at a time with the
+tile's chunk read from the checkpoint (the flushing rows' tile is the checkpoint's; a row that folds before and
+after its token stores the first fold there), as operands of all 128 keys held in registers spilled 4244 bytes.
+Not timed yet. sm_90 (``sm90_report.py ... --fold-products``), GDN fp8, L = 16, flushing rows' launch: 2 warps 768
+bytes spilled, 4 warps 20 (132 at 168 registers), 8 warps 0, against the record loop's 0 on 2 warps; per-channel
+decay keeps the loop (its ``E`` is per key channel, ``[R, R, BK]``).
 
 # NOTE [window weights without differences]
 The decay from record ``i`` to position ``p`` is ``exp(sum_{i<j<=p} log_a_j)``: a reverse cumulative
@@ -309,15 +311,29 @@ def _unit_lower_inverse(A, DOT: tl.constexpr):
 
 
 @triton.jit
-def _fold_raw_products(S, rk, rla, rv, rbeta, xk, xla, xv, xbeta, n_ring, n_new, offs_k, mask_k, offs_v, mask_v,
-                       KS: tl.constexpr, LS: tl.constexpr, US: tl.constexpr, BS: tl.constexpr, BR: tl.constexpr,
-                       DECAY: tl.constexpr, CD: tl.constexpr, DOT: tl.constexpr):
+def _fold_raw_products(S, s_vt, stride_sk, stride_sv, rk, rla, rv, rbeta, xk, xla, xv, xbeta, n_ring, n_new, offs_k,
+                       mask_k, offs_v, mask_v, K: tl.constexpr, BK: tl.constexpr, KS: tl.constexpr,
+                       LS: tl.constexpr, US: tl.constexpr, BS: tl.constexpr, BR: tl.constexpr, DECAY: tl.constexpr,
+                       CD: tl.constexpr, DOT: tl.constexpr):
     """:func:`_fold_raw` (scalar or no decay) as products of small matrices, NOTE [raw fold as products]; ``BR``
-    (a power of two, at least the window and 16) rows of records, those past ``n_ring + n_new`` zero."""
+    (a power of two, at least the window and 16) rows of records, those past ``n_ring + n_new`` zero. ``S`` is the
+    tile that the checkpoint holds (its first column at ``s_vt``): the products over keys read it there, ``KC`` keys
+    at a time, so that no operand of all keys sits in registers.
+    """
     n_total = n_ring + n_new
     jj = tl.arange(0, BR)
     live = jj < n_total
-    Kr = _records(rk, xk, KS, jj, n_ring, n_total, offs_k, mask_k, CD)  # [BR, BK]
+    KC: tl.constexpr = 16 if BK > 16 else BK
+    kc = tl.arange(0, KC)
+    KK = tl.zeros([BR, BR], CD)
+    KS_ = tl.zeros([BR, offs_v.shape[0]], CD)  # the records' keys' reads of S
+    for c0 in tl.static_range(0, BK, KC):
+        mc = (c0 + kc) < K
+        Kc = _records(rk + c0, xk + c0, KS, jj, n_ring, n_total, kc, mc, CD)  # [BR, KC]
+        Sc = tl.load(s_vt + (c0 + kc)[:, None] * stride_sk + offs_v[None, :] * stride_sv,
+                     mask=mc[:, None] & mask_v[None, :], other=0.0).to(CD)  # [KC, BV]
+        KK = tl.dot(Kc, tl.trans(Kc), KK, input_precision=DOT)
+        KS_ = tl.dot(Kc, Sc, KS_, input_precision=DOT)
     Vr = _records(rv, xv, US, jj, n_ring, n_total, offs_v, mask_v, CD)  # [BR, BV]
     beta = _records1(rbeta, xbeta, BS, jj, n_ring, n_total, CD)
     la = _records1(rla, xla, LS, jj, n_ring, n_total, CD) if DECAY == 1 else tl.zeros([BR], CD)
@@ -325,25 +341,27 @@ def _fold_raw_products(S, rk, rla, rv, rbeta, xk, xla, xv, xbeta, n_ring, n_new,
     P = tl.exp(tl.sum(tl.where(later | (jj[:, None] == jj[None, :]), la[None, :], 0.0), 1))  # records 0..i
     W = tl.exp(tl.sum(tl.where(later, la[:, None], 0.0), 0))  # W[s]: the records after s
     E = tl.exp(tl.cumsum(tl.where(later, la[:, None], 0.0), 0))  # E[i, s]: records s < r <= i (s < i)
-    KK = tl.dot(Kr, tl.trans(Kr), input_precision=DOT)
     A = tl.where(later, beta[:, None] * E * KK, 0.0)
-    rhs = tl.where(live[:, None], beta[:, None] * (Vr - P[:, None] * tl.dot(Kr, S, input_precision=DOT)), 0.0)
+    rhs = tl.where(live[:, None], beta[:, None] * (Vr - P[:, None] * KS_), 0.0)
     U = tl.dot(_unit_lower_inverse(A, DOT), rhs, input_precision=DOT)
-    P_all = tl.exp(tl.sum(la, 0))
-    return S * P_all + tl.dot(tl.trans(Kr * W[:, None]), U, input_precision=DOT)
+    Kr = _records(rk, xk, KS, jj, n_ring, n_total, offs_k, mask_k, CD)  # [BR, BK]
+    return tl.dot(tl.trans(Kr * W[:, None]), U, S * tl.exp(tl.sum(la, 0)), input_precision=DOT)
 
 
 @triton.jit
-def _fold_window(S, rk, rla, ru, rv, rbeta, xk, xla, xv, xbeta, n_ring, n_new, offs_k, mask_k, offs_v, mask_v,
-                 KS: tl.constexpr, LS: tl.constexpr, US: tl.constexpr, HV: tl.constexpr, L: tl.constexpr,
-                 BL: tl.constexpr, DECAY: tl.constexpr, RAW: tl.constexpr, CD: tl.constexpr, UNROLL: tl.constexpr,
-                 FOLD_ROWS: tl.constexpr, FOLD_DOT: tl.constexpr):
+def _fold_window(S, s_vt, stride_sk, stride_sv, rk, rla, ru, rv, rbeta, xk, xla, xv, xbeta, n_ring, n_new, offs_k,
+                 mask_k, offs_v, mask_v, K: tl.constexpr, BK: tl.constexpr, KS: tl.constexpr, LS: tl.constexpr,
+                 US: tl.constexpr, HV: tl.constexpr, L: tl.constexpr, BL: tl.constexpr, DECAY: tl.constexpr,
+                 RAW: tl.constexpr, CD: tl.constexpr, UNROLL: tl.constexpr, FOLD_ROWS: tl.constexpr,
+                 FOLD_DOT: tl.constexpr):
     """The tile after the window's records: ``n_ring`` from the ring, then ``n_new`` of this call's inputs
     (:func:`_fold`; raw delta records replay the recurrence, :func:`_fold_raw`, or with ``FOLD_ROWS`` > 0 solve
-    it in products, :func:`_fold_raw_products`)."""
+    it in products, :func:`_fold_raw_products`, which reads ``S`` from the checkpoint, its first column at
+    ``s_vt``)."""
     if RAW and (FOLD_ROWS > 0):
-        S = _fold_raw_products(S, rk, rla, rv, rbeta, xk, xla, xv, xbeta, n_ring, n_new, offs_k, mask_k, offs_v,
-                               mask_v, KS, LS, US, HV, FOLD_ROWS, DECAY, CD, FOLD_DOT)
+        S = _fold_raw_products(S, s_vt, stride_sk, stride_sv, rk, rla, rv, rbeta, xk, xla, xv, xbeta, n_ring,
+                               n_new, offs_k, mask_k, offs_v, mask_v, K, BK, KS, LS, US, HV, FOLD_ROWS, DECAY, CD,
+                               FOLD_DOT)
     elif RAW:
         S = _fold_raw(S, rk, rla, rv, rbeta, xk, xla, xv, xbeta, n_ring, n_new, offs_k, mask_k, offs_v, mask_v,
                       KS, LS, US, HV, L, DECAY, CD, UNROLL)
@@ -657,6 +675,7 @@ def replay_kernel(
                     head = slot * HV + h
                     s_head = state + slot * stride_sn + h * stride_sh
                     s_tile = s_head + offs_k[:, None] * stride_sk + offs_v[None, :] * stride_sv
+                    s_vt = s_head + vt * BV * stride_sv  # the tile's first value column
                     rla = ring_la + slot * L * LS + h * LW
                     ru = ring_u + slot * L * US + h * V + vt * BV
                     rv = ring_v + slot * L * US + h * V + vt * BV
@@ -684,9 +703,12 @@ def replay_kernel(
 
                     if loop == 1:
                         if pre:  # fold the committed records first (their ring positions are about to be reused)
-                            base = _fold_window(base, rk, rla, ru, rv, rbeta, xk, xla, xv, xbeta, c, 0, offs_k, mask_k,
-                                                cols_v, mask_v, KS, LS, US, HV, L, BL, DECAY, RAW, CD, FOLD_UNROLL,
-                                                FOLD_ROWS, FOLD_DOT)
+                            base = _fold_window(base, s_vt, stride_sk, stride_sv, rk, rla, ru, rv, rbeta, xk, xla,
+                                                xv, xbeta, c, 0, offs_k, mask_k, cols_v, mask_v, K, BK, KS, LS, US, HV,
+                                                L, BL, DECAY, RAW, CD, FOLD_UNROLL, FOLD_ROWS, FOLD_DOT)
+                            if (FOLD_ROWS > 0) & post:  # the post fold's products read the tile from the checkpoint
+                                tl.debug_barrier()  # every thread has read the tile before it is overwritten
+                                tl.store(s_tile, base.to(state.dtype.element_ty), mask=mask_kv)
                         tl.debug_barrier()  # every old record is read before this tile's new records overwrite them
 
                     U = _ring(ru, US, j, count0, cols_v, mask_v, CD)
@@ -698,9 +720,9 @@ def replay_kernel(
                         tl.debug_barrier()  # the new u records written above are visible to every thread of the fold
                         new = base
                         if post:  # post rows read the exact checkpoint: base is exact
-                            new = _fold_window(base, rk, rla, ru, rv, rbeta, xk, xla, xv, xbeta, count0, T, offs_k,
-                                               mask_k, cols_v, mask_v, KS, LS, US, HV, L, BL, DECAY, RAW, CD,
-                                               FOLD_UNROLL, FOLD_ROWS, FOLD_DOT)
+                            new = _fold_window(base, s_vt, stride_sk, stride_sv, rk, rla, ru, rv, rbeta, xk, xla,
+                                               xv, xbeta, count0, T, offs_k, mask_k, cols_v, mask_v, K, BK, KS, LS, US,
+                                               HV, L, BL, DECAY, RAW, CD, FOLD_UNROLL, FOLD_ROWS, FOLD_DOT)
                         if flush:
                             _store_checkpoint(new, state, s_tile, mask_kv, read_data, read_row_scale, read_block_scale,
                                               flushes, seed, slot, head, h, offs_k, offs_v, K, V, BK, BV, READ,
