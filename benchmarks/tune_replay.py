@@ -72,7 +72,8 @@ def main(argv=None) -> int:
     p.add_argument("--fold-products", type=comma_list(int), default=[0], help="1: the flushing rows' raw delta fold "
                    "in products (NOTE [raw fold as products]; scalar or no decay, where the flushing rows have a launch)")
     p.add_argument("--fold-dot", type=comma_list(str), default=["tf32x3"], help="the products' input precision "
-                   "(tl.dot's: tf32x3, ieee)")
+                   "(tl.dot's: tf32x3, ieee; ignored without --fold-products, and where replay.tiling refuses them: "
+                   "per-channel decay, no delta rule or read copy, one launch)")
     p.add_argument("--verify", type=comma_list(int), default=[])
     p.add_argument("--verify-window", type=comma_list(int), default=[16], help="verify rows use L = w + T for each w "
                    "(as bench kernels)")
@@ -105,6 +106,8 @@ def main(argv=None) -> int:
                 [] if args.no_steps else args.read, args.window, args.block_v, args.warps, args.maxnreg, args.items,
                 args.fold_unroll, args.stages, args.flush_items, args.nonflush_maxnreg, args.nonflush_warps,
                 args.fold_products, args.fold_dot):
+            if not fp and fd != args.fold_dot[0]:  # the precision of products not taken
+                continue
             rs = staggered_replay_state(shape, B, L, "cuda", read)
             out = torch.empty(B, 1, rs.num_heads, rs.head_v, device="cuda")
             kw = {k: val for k, val in (("block_v", bv), ("num_warps", nw), ("max_registers", mr), ("items", it),
@@ -127,7 +130,7 @@ def main(argv=None) -> int:
             nf_bytes = B * ((read_b or state_bytes(shape)) + record_bytes(shape, fam, rs.raw_fold) * (L - 1) / 2) + io_bytes(x)
             r = dict(shape=name, layout=shape.layout, batch=B, kind="replay", read=read, L=L, block_v=bv, warps=nw,
                      maxnreg=mr, items=it, fold_unroll=fu, stages=st, flush_items=fi, nonflush_maxnreg=nr,
-                     nonflush_warps=nn, fold_products=fp, fold_dot=fd,
+                     nonflush_warps=nn, fold_products=fp, fold_dot=fd if fp else None,
                      step_us=step_us,
                      nf_us=nf_us, step_bw=step_bytes / step_us / 1e3 / bw, nf_bw=nf_bytes / nf_us / 1e3 / bw,
                      speedup=std_us / step_us,

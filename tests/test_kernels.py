@@ -702,14 +702,13 @@ def test_flush_launch_gpu(name, read):
 @pytest.mark.gpu
 @pytest.mark.parametrize("name,read,L,dot,warps", [("qwen3.5-122b-gdn", "fp8", 16, "tf32x3", None),
                                                   ("qwen3.5-4b-gdn", "fp4", 5, "ieee", 4)])
-def test_raw_fold_as_products_gpu(name, read, L, dot, warps):
+def test_raw_fold_as_products_gpu(name, read, L, dot, warps, replay_launches_run):
     """The flushing rows' raw delta fold as tensor-core (or FMA) products at real shapes (NOTE [raw fold as
-    products]): steps across pre and post flushes with padding rows, a forced flush of a partial window."""
+    products]), through every kind of flush with padding rows (``_raw_fold_flushes``)."""
     p = _real_pair(name, B=5, L=L, seed=6, read=read,
                    tiling=dict(fold_products=True, fold_dot=dot, num_warps=warps, nonflush_warps=warps and 2))
-    slots = torch.tensor([4, -1, 0, 2, 1, 3], device=DEVICE)
-    for n in range(L + 2):
-        p.step(slots=slots, force_flush=n == L // 2)
+    _raw_fold_flushes(p, torch.tensor([4, -1, 0, 2, 1, 3], device=DEVICE), L)
+    assert {launch["FOLD_ROWS"] for launch in replay_launches_run if launch["ROWS"] == 1} == {16}
 
 
 @pytest.mark.gpu
@@ -933,25 +932,18 @@ def test_flush_launch(family, read, flush_items, heads):
             p.verify_commit(T=T, slots=slots)
 
 
-@pytest.mark.parametrize("family,read,L", [("gated_deltanet", "fp8", 5), ("deltanet", "bf16", 3),
-                                           ("gated_deltanet", "fp4", 16)])
-def test_raw_fold_as_products(family, read, L, replay_launches_run):
-    """The flushing rows' raw delta fold as products (NOTE [raw fold as products]) against the torch path's record
-    by record: windows padded to 16 rows (L = 3, 5) and full (16); a pre flush (a full window from verifies whose
-    drafts were all accepted), a pre and a post flush in one forced step, a forced flush of a partial window, post
-    flushes; padding rows, and a value tile short of columns (V = 17 in tiles of 16)."""
-    g = torch.Generator().manual_seed(70 + L)
-    p = Pair(family, B=3, H=2, Hk=1, K=16, V=17, L=L, read=read, generator=g,
-             tiling=dict(block_v=16, fold_products=True))
-    slots = torch.tensor([2, -1, 0, 1], device=DEVICE)
-    accept_all = torch.full((4,), L - 1, device=DEVICE)
+def _raw_fold_flushes(p, slots, L):
+    """Steps through every kind of flush of the raw fold: a pre flush (a full window from drafts all accepted), a pre
+    and a post fold in one forced step, a forced flush of a partial window, and a post flush at the L-th step."""
+    accept_all = torch.full((slots.shape[0],), L - 1, device=DEVICE)
+    live = [int(s) for s in slots if s >= 0]
 
-    def fill_window():  # from one record, L - 1 drafts all accepted: every row's window full (c = L)
-        x = p.inputs(4, T=L - 1)
+    def fill_window():  # from one record, L - 1 drafts all accepted: every live row's window full (c = L)
+        x = p.inputs(slots.shape[0], T=L - 1)
         p.check(*p._out(x, slots, False), "verify")
         p.ref.impl.commit(p.ref, accept_all, slots)
         triton_impl.commit(p.tri, accept_all, slots)
-        assert p.tri.count.tolist() == [L] * 3
+        assert p.tri.count[live].tolist() == [L] * len(live)
 
     p.step(slots=slots)
     fill_window()
@@ -962,7 +954,26 @@ def test_raw_fold_as_products(family, read, L, replay_launches_run):
     p.step(slots=slots, force_flush=True)  # post of a partial window
     for _ in range(L):
         p.step(slots=slots)  # a post flush at the L-th
-    assert {launch["FOLD_ROWS"] for launch in replay_launches_run if launch["ROWS"] == 1} == {16}
+
+
+@pytest.mark.parametrize("family,read,K,L", [("gated_deltanet", "fp8", 16, 5), ("deltanet", "bf16", 16, 3),
+                                             ("gated_deltanet", "fp4", 16, 16), ("gated_deltanet", "fp8", 33, 20)])
+def test_raw_fold_as_products(family, read, K, L, replay_launches_run):
+    """The flushing rows' raw delta fold as products (NOTE [raw fold as products]) against the torch path's record
+    by record, through every kind of flush (:func:`_raw_fold_flushes`): windows padded to 16 rows (L = 3, 5) or 32
+    (20) and full (16), keys in one chunk of 16 or four (33, the last of one key), padding rows, and a value tile
+    short of columns (V = 17 in tiles of 16). A 16-bit checkpoint keeps the record loop."""
+    g = torch.Generator().manual_seed(70 + L)
+    p = Pair(family, B=3, H=2, Hk=1, K=K, V=17, L=L, read=read, generator=g,
+             tiling=dict(block_v=16, fold_products=True))
+    _raw_fold_flushes(p, torch.tensor([2, -1, 0, 1], device=DEVICE), L)
+    rows = max(16, triton.next_power_of_2(L))
+    assert {launch["FOLD_ROWS"] for launch in replay_launches_run if launch["ROWS"] == 1} == {rows}
+    del replay_launches_run[:]
+    h = Pair(family, B=2, H=2, Hk=1, K=16, V=17, L=3, read=read, dtype=torch.bfloat16, generator=g,
+             tiling=dict(block_v=16, fold_products=True))
+    h.step()
+    assert {launch["FOLD_ROWS"] for launch in replay_launches_run} == {0}
 
 
 def test_flush_launch_rule(replay_launches):

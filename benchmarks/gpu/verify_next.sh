@@ -49,8 +49,8 @@
 #            0 / 12 / 32 / 80). Where one wins, make it the default and run PARTS=nfcheck (its tests) on it
 #   products the flushing rows' raw delta fold as products (NOTE [raw fold as products], opt-in): its GPU tests and
 #            the flush launch's, then GDN's read-copy steps at L = 16 with it, tf32x3 or ieee products, beside the
-#            record loop, on the default 2 warps (sm_90: 768 bytes spilled) and with the flushing rows' launch alone
-#            on 4 or 8 warps, uncapped (20 / 0 bytes) or at 168 (132 on 4 warps)
+#            record loop, on the default 2 warps (sm_90: 516 bytes spilled) and with the flushing rows' launch alone
+#            on 4 or 8 warps, uncapped (0 / 72 bytes) or at 168
 #   keychunk the GPU tests of Mamba-2's default verify on key-contiguous states in chunks of 32 keys (NOTE
 #           [key-contiguous chunks]) and of the default verify's table (20 s on an H100, 2026-12-07)
 # Usage: [FAN_WINDOWS=8] [PARTS="tests gdn kda copies spec fan fantests items prefold spec16 keychunk nfcap nfcheck unroll products flushwl fanx fanxtests"] [TESTS=verify|copies|all] bash benchmarks/gpu/verify_next.sh [commit]

@@ -139,16 +139,18 @@ of records ``s < r <= i``::
     A = beta * E * (K K^T), strictly lower      U = (I + A)^-1 (beta * (V - P * (K S)))
     S' = P_all S + (W * K)^T U                  W[s]: the decay of the records after s
 
-with ``(I + A)^-1 = (I - A)(I + A^2)(I + A^4)...`` (``A`` is nilpotent: ``log2(R)`` squarings and products of
-``[R, R]``, no chain over rows). ``R`` is the window rounded up to a power of two and at least 16 (the tensor
-cores' least dim; padding records are zero). Opt-in (``fold_products``, ``fold_dot`` the products' input
-precision: ``tf32x3`` about fp32's accuracy, ``ieee`` FMA loops), only in the flushing rows' launch, and only with
-value tiles and keys of 16 or more. The products over keys (``K K^T``, ``K S``) run 16 keys at a time with the
+with ``(I + A)^-1`` by forward substitution: still a chain over the records, but of ``[R, R]`` rows, not of tile
+reductions (the product form ``(I - A)(I + A^2)(I + A^4)...`` has no chain but lost up to 7e-6 of the inverse in
+fp32 with correlated keys, numpy, R = 16, against 6e-8). ``R`` is the window rounded up to a power of two and at
+least 16 (the tensor cores' least dim; padding records are zero). Opt-in (``fold_products``, ``fold_dot`` the products' input
+precision: ``tf32x3`` about fp32's accuracy, ``ieee`` FMA loops), only in the flushing rows' launch, only with
+value tiles and keys of 16 or more, windows up to ``MAX_FOLD_ROWS`` and fp32 checkpoints (a row that folds before
+and after its token passes the first fold through the checkpoint, which a 16-bit one would round). The products over keys (``K K^T``, ``K S``) run 16 keys at a time with the
 tile's chunk read from the checkpoint (the flushing rows' tile is the checkpoint's; a row that folds before and
 after its token stores the first fold there), as operands of all 128 keys held in registers spilled 4244 bytes.
-Not timed yet. sm_90 (``sm90_report.py ... --fold-products``), GDN fp8, L = 16, flushing rows' launch: 2 warps 768
-bytes spilled, 4 warps 20 (132 at 168 registers), 8 warps 0, against the record loop's 0 on 2 warps; per-channel
-decay keeps the loop (its ``E`` is per key channel, ``[R, R, BK]``).
+Not timed yet. sm_90 (``sm90_report.py ... --fold-products``), GDN fp8, L = 16, flushing rows' launch: 2 warps 516
+bytes spilled, 4 warps 0 (255 registers), 8 warps 72, against the record loop's 0 on 2 warps; per-channel decay
+keeps the loop (its ``E`` is per key channel, ``[R, R, BK]``).
 
 # NOTE [window weights without differences]
 The decay from record ``i`` to position ``p`` is ``exp(sum_{i<j<=p} log_a_j)``: a reverse cumulative
@@ -294,19 +296,15 @@ def _records1(ring_row, x_row, stride, jj, n_ring, n_total, CD: tl.constexpr):
 
 
 @triton.jit
-def _unit_lower_inverse(A, DOT: tl.constexpr):
-    """``(I + A)^-1`` for strictly lower-triangular ``A [BR, BR]`` (``BR`` a power of two): ``A`` is nilpotent,
-    so the inverse is ``(I - A)(I + A^2)(I + A^4)...``, ``log2(BR) - 1`` squarings and as many products, with no
-    chain over its rows."""
-    BR: tl.constexpr = A.shape[0]
-    r = tl.arange(0, BR)
-    eye = (r[:, None] == r[None, :]).to(A.dtype)
-    M = -A
-    X = eye + M
-    for k in tl.static_range(1, 8):
-        if (1 << k) < BR:
-            M = tl.dot(M, M, input_precision=DOT)
-            X = tl.dot(X, eye + M, input_precision=DOT)
+def _unit_lower_inverse(A, tt, T: tl.constexpr):
+    """``(I + A)^-1`` for strictly lower-triangular ``A [BT, BT]``, by forward substitution over its ``T`` rows
+    (a product form, ``(I - A)(I + A^2)(I + A^4)...``, loses ~1e-5 of the result in fp32 where keys are alike)."""
+    eye = (tt[:, None] == tt[None, :]).to(A.dtype)
+    X = eye
+    for i in tl.static_range(1, T):
+        a_i = tl.sum(tl.where((tt == i)[:, None], A, 0.0), 0)  # row i of A
+        row = tl.sum(a_i[:, None] * X, 0)  # sum_s A[i, s] X[s, :]
+        X = tl.where((tt == i)[:, None], X - row[None, :], X)
     return X
 
 
@@ -318,7 +316,8 @@ def _fold_raw_products(S, s_vt, stride_sk, stride_sv, rk, rla, rv, rbeta, xk, xl
     """:func:`_fold_raw` (scalar or no decay) as products of small matrices, NOTE [raw fold as products]; ``BR``
     (a power of two, at least the window and 16) rows of records, those past ``n_ring + n_new`` zero. ``S`` is the
     tile that the checkpoint holds (its first column at ``s_vt``): the products over keys read it there, ``KC`` keys
-    at a time, so that no operand of all keys sits in registers.
+    at a time, so that neither the tile nor the keys enter a product over all keys (the last product's keys are
+    its rows).
     """
     n_total = n_ring + n_new
     jj = tl.arange(0, BR)
@@ -343,7 +342,7 @@ def _fold_raw_products(S, s_vt, stride_sk, stride_sv, rk, rla, rv, rbeta, xk, xl
     E = tl.exp(tl.cumsum(tl.where(later, la[:, None], 0.0), 0))  # E[i, s]: records s < r <= i (s < i)
     A = tl.where(later, beta[:, None] * E * KK, 0.0)
     rhs = tl.where(live[:, None], beta[:, None] * (Vr - P[:, None] * KS_), 0.0)
-    U = tl.dot(_unit_lower_inverse(A, DOT), rhs, input_precision=DOT)
+    U = tl.dot(_unit_lower_inverse(A, jj, BR), rhs, input_precision=DOT)
     Kr = _records(rk, xk, KS, jj, n_ring, n_total, offs_k, mask_k, CD)  # [BR, BK]
     return tl.dot(tl.trans(Kr * W[:, None]), U, S * tl.exp(tl.sum(la, 0)), input_precision=DOT)
 
@@ -760,6 +759,9 @@ MAX_ITEMS = 4
 MAX_PIPELINED_ITEMS = 8
 # register cap of the non-flush rows' launch where the flushing rows have their own (NOTE [non-flush register cap])
 NONFLUSH_REGISTERS = 96
+# the longest window whose raw fold runs as products (NOTE [raw fold as products]): the substitution's chain is
+# unrolled over the window's rows
+MAX_FOLD_ROWS = 64
 
 
 @dataclasses.dataclass(frozen=True)
@@ -856,7 +858,8 @@ def tiling(spec: ReplaySpec, K: int, V: int, rows: int, Hv: int, T: int, block_v
     BL = triton.next_power_of_2(spec.window)
     # NOTE [raw fold as products]: the flush launch's raw delta fold under scalar or no decay, on operands the
     # tensor cores take (every dim >= 16)
-    products = (fold_products and spec.raw and spec.decay != "channel" and flush_items > 0 and min(BK, BV) >= 16)
+    products = (fold_products and spec.raw and spec.decay != "channel" and flush_items > 0 and min(BK, BV) >= 16
+                and BL <= MAX_FOLD_ROWS)
     return Tiling(BK, BV, BL, num_warps, cap, units, items,
                   triton.cdiv(per_unit, items), fold_unroll, nonflush_stages, flush_items,
                   triton.cdiv(per_unit, flush_items) if flush_items else 0, nonflush_cap,
@@ -893,6 +896,8 @@ def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[t
     if B == 0:
         return
     cd = torch.float64 if state.dtype == torch.float64 else torch.float32
+    # products fold in fp32: a 16-bit checkpoint would round the tile between a pre and a post fold
+    fold_products = fold_products and state.dtype == torch.float32
     tile = tiling(spec, K, V, B, Hv, T, block_v, items, fold_unroll, nonflush_stages, flush_items, fold_products)
     num_warps = num_warps or tile.num_warps
     if not tile.flush_items:  # one launch: the non-flush rows' own settings do not apply
@@ -922,7 +927,8 @@ def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[t
         FORCE=force_flush, MATERIALIZE=materialize, HAS_SLOTS=slots is not None, SR=spec.stochastic_rounding,
         SR_MANT=sr_mant, SR_EMIN=sr_emin, CD=tl.float64 if cd == torch.float64 else tl.float32,
         BHV=triton.next_power_of_2(Hv), BHK=triton.next_power_of_2(spec.k_heads), FOLD_UNROLL=tile.fold_unroll,
-        SPLIT=tile.nonflush_stages > 0, STAGES=max(tile.nonflush_stages, 1), FOLD_DOT=fold_dot)
+        SPLIT=tile.nonflush_stages > 0, STAGES=max(tile.nonflush_stages, 1),
+        FOLD_DOT=fold_dot if tile.fold_rows else "")  # no recompile for a precision that no product uses
     cap = lambda registers: dict(maxnreg=registers) if registers else {}  # NOTE [register cap]
     if tile.flush_items:  # NOTE [flush launch]: before the launch that moves the cursors
         replay_kernel[(B, tile.units, tile.flush_parts)](*args, ITEMS=tile.flush_items, ROWS=1, **constants,
