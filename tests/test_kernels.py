@@ -976,6 +976,21 @@ def test_raw_fold_as_products(family, read, K, L, replay_launches_run):
     assert {launch["FOLD_ROWS"] for launch in replay_launches_run} == {0}
 
 
+def test_raw_fold_as_products_exact_zero_decays():
+    """Records with log_a = -inf inside a window folded as products (NOTE [raw fold as products]): the state before
+    them decays to exactly 0, never NaN (every decay is a sum of log-decays, not a difference); both paths flag the
+    input alike (``check``)."""
+    p = Pair("gated_deltanet", B=2, H=2, Hk=1, K=16, V=17, L=3, read="fp8", generator=torch.Generator().manual_seed(19),
+             tiling=dict(block_v=16, fold_products=True))
+    for t in range(7):
+        x = p.inputs(2, T=1)
+        la = x.log_a.clone()
+        if t in (1, 3, 5):
+            la[t % 2, 0, t % 2] = float("-inf")
+        p.check(*p._out(x._replace(log_a=la), None, True), f"step {t}")
+    assert torch.isfinite(p.tri.state).all()
+
+
 def test_flush_launch_rule(replay_launches):
     """One-token ``kv`` calls with a read copy take two launches by default, the flushing rows' first (``ROWS`` 1, one
     pair a program, then 2); without a copy one launch unless ``flush_items`` asks; calls that do not split their
