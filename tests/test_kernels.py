@@ -991,6 +991,21 @@ def test_raw_fold_as_products_exact_zero_decays():
     assert torch.isfinite(p.tri.state).all()
 
 
+def test_raw_fold_as_products_alike_keys():
+    """Windows of nearly equal keys and betas near 1 (``A`` of NOTE [raw fold as products] near the all-ones lower
+    triangle, where a squaring form of the inverse lost 1e-5 in fp32): the products fold stays within the
+    checkpoint's tolerance of the record loop."""
+    g = torch.Generator().manual_seed(23)
+    p = Pair("gated_deltanet", B=2, H=2, Hk=1, K=16, V=17, L=16, read="fp8", generator=g,
+             tiling=dict(block_v=16, fold_products=True))
+    base = torch.randn(16, generator=g)
+    for t in range(17):
+        x = p.inputs(2, T=1)
+        k = base + 0.01 * torch.randn(x.k.shape, generator=g)
+        p.check(*p._out(x._replace(k=(k / k.norm(dim=-1, keepdim=True)).to(x.k), beta=torch.full_like(x.beta, 0.99)),
+                        None, True), f"step {t}")
+
+
 def test_flush_launch_rule(replay_launches):
     """One-token ``kv`` calls with a read copy take two launches by default, the flushing rows' first (``ROWS`` 1, one
     pair a program, then 2); without a copy one launch unless ``flush_items`` asks; calls that do not split their
