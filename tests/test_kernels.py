@@ -701,7 +701,8 @@ def test_flush_launch_gpu(name, read):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name,read,L,dot,warps", [("qwen3.5-122b-gdn", "fp8", 16, "tf32x3", None),
-                                                  ("qwen3.5-4b-gdn", "fp4", 5, "ieee", 4)])
+                                                  ("qwen3.5-4b-gdn", "fp4", 5, "ieee", 4),
+                                                  ("kimi-linear-kda", "fp8", 16, "tf32x3", 4)])
 def test_raw_fold_as_products_gpu(name, read, L, dot, warps, replay_launches_run):
     """The flushing rows' raw delta fold as tensor-core (or FMA) products at real shapes (NOTE [raw fold as
     products]), through every kind of flush with padding rows (``_raw_fold_flushes``)."""
@@ -957,12 +958,14 @@ def _raw_fold_flushes(p, slots, L):
 
 
 @pytest.mark.parametrize("family,read,K,L", [("gated_deltanet", "fp8", 16, 5), ("deltanet", "bf16", 16, 3),
-                                             ("gated_deltanet", "fp4", 16, 16), ("gated_deltanet", "fp8", 33, 20)])
+                                             ("gated_deltanet", "fp4", 16, 16), ("gated_deltanet", "fp8", 33, 20),
+                                             ("kda", "fp8", 33, 5)])
 def test_raw_fold_as_products(family, read, K, L, replay_launches_run):
     """The flushing rows' raw delta fold as products (NOTE [raw fold as products]) against the torch path's record
-    by record, through every kind of flush (:func:`_raw_fold_flushes`): windows padded to 16 rows (L = 3, 5) or 32
-    (20) and full (16), keys in one chunk of 16 or four (33, the last of one key), padding rows, and a value tile
-    short of columns (V = 17 in tiles of 16). A 16-bit checkpoint keeps the record loop."""
+    by record, through every kind of flush (:func:`_raw_fold_flushes`): scalar, no and per-channel decay, windows
+    padded to 16 rows (L = 3, 5) or 32 (20) and full (16), keys in one chunk of 16 or four (33, the last of one
+    key), padding rows, and a value tile short of columns (V = 17 in tiles of 16). A 16-bit checkpoint keeps the
+    record loop."""
     g = torch.Generator().manual_seed(70 + L)
     p = Pair(family, B=3, H=2, Hk=1, K=K, V=17, L=L, read=read, generator=g,
              tiling=dict(block_v=16, fold_products=True))
@@ -976,17 +979,18 @@ def test_raw_fold_as_products(family, read, K, L, replay_launches_run):
     assert {launch["FOLD_ROWS"] for launch in replay_launches_run} == {0}
 
 
-def test_raw_fold_as_products_exact_zero_decays():
+@pytest.mark.parametrize("family", ["gated_deltanet", "kda"])
+def test_raw_fold_as_products_exact_zero_decays(family):
     """Records with log_a = -inf inside a window folded as products (NOTE [raw fold as products]): the state before
     them decays to exactly 0, never NaN (every decay is a sum of log-decays, not a difference); both paths flag the
     input alike (``check``)."""
-    p = Pair("gated_deltanet", B=2, H=2, Hk=1, K=16, V=17, L=3, read="fp8", generator=torch.Generator().manual_seed(19),
+    p = Pair(family, B=2, H=2, Hk=1, K=16, V=17, L=3, read="fp8", generator=torch.Generator().manual_seed(19),
              tiling=dict(block_v=16, fold_products=True))
     for t in range(7):
         x = p.inputs(2, T=1)
         la = x.log_a.clone()
         if t in (1, 3, 5):
-            la[t % 2, 0, t % 2] = float("-inf")
+            la[t % 2, 0, t % 2] = float("-inf")  # per-channel decay: every key channel of the head
         p.check(*p._out(x._replace(log_a=la), None, True), f"step {t}")
     assert torch.isfinite(p.tri.state).all()
 

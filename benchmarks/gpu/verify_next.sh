@@ -48,9 +48,9 @@
 #            8: GDN fp8 166 / 168 / 168 / 168 registers, 0 spilled; GDN 4-bit 16 / 8 / 32 / 8 bytes spilled; KDA fp8
 #            0 / 12 / 32 / 80). Where one wins, make it the default and run PARTS=nfcheck (its tests) on it
 #   products the flushing rows' raw delta fold as products (NOTE [raw fold as products], opt-in): its GPU tests and
-#            the flush launch's, then GDN's read-copy steps at L = 16 with it, tf32x3 or ieee products, beside the
-#            record loop, on the default 2 warps (sm_90: 516 bytes spilled) and with the flushing rows' launch alone
-#            on 4 or 8 warps, uncapped (0 / 72 bytes) or at 168
+#            the flush launch's, then GDN's and KDA's read-copy steps at L = 16 with it, tf32x3 or ieee products,
+#            beside the record loop, on the default 2 warps (sm_90: GDN 516 bytes spilled, KDA 2244) and with the
+#            flushing rows' launch alone on 4 or 8 warps, uncapped (GDN 0 / 72 bytes, KDA 0 / 8)
 #   keychunk the GPU tests of Mamba-2's default verify on key-contiguous states in chunks of 32 keys (NOTE
 #           [key-contiguous chunks]) and of the default verify's table (20 s on an H100, 2026-12-07)
 # Usage: [FAN_WINDOWS=8] [PARTS="tests gdn kda copies spec fan fantests items prefold spec16 keychunk nfcap nfcheck unroll products flushwl fanx fanxtests"] [TESTS=verify|copies|all] bash benchmarks/gpu/verify_next.sh [commit]
@@ -102,11 +102,11 @@ has unroll && TAIL=36 part unroll 200 python3 benchmarks/tune_replay.py $KV_SHAP
   --fold-unroll 0,2,4,8 --out "$OUT/flush_unroll.json"
 has products && TAIL=4 part products_tests 200 python3 -m pytest -m gpu tests/test_kernels.py -q -p no:cacheprovider \
   --tb=short -k "raw_fold_as_products_gpu or flush_launch_gpu"
-PRODUCTS="--shapes qwen3.5-122b-gdn --batch 256 --read fp8,fp4 --window 16 --fold-dot tf32x3,ieee"
-has products && TAIL=12 part products 60 python3 benchmarks/tune_replay.py $PRODUCTS --fold-products 0,1 \
+PRODUCTS="$KV_SHAPES --read fp8,fp4 --window 16 --fold-dot tf32x3,ieee"
+has products && TAIL=16 part products 90 python3 benchmarks/tune_replay.py $PRODUCTS --fold-products 0,1 \
   --out "$OUT/fold_products.json"
-has products && TAIL=20 part products_warps 110 python3 benchmarks/tune_replay.py $PRODUCTS --fold-products 1 \
-  --warps 4,8 --maxnreg 0,168 --nonflush-warps 2 --nonflush-maxnreg 96 --out "$OUT/fold_products_warps.json"
+has products && TAIL=20 part products_warps 120 python3 benchmarks/tune_replay.py $PRODUCTS --fold-products 1 \
+  --warps 4,8 --nonflush-warps 2 --nonflush-maxnreg 96 --out "$OUT/fold_products_warps.json"
 has flushwl && fan_tests flushwl_tests $X/2026-12-07_flush_work_list.patch
 has flushwl && TESTS= BOX=240 TUNE="$FAN_TUNE --flush-items 0,1" bash "$(dirname "$0")/variants.sh" \
   $X/2026-12-07_flush_work_list.patch

@@ -130,8 +130,8 @@ rows' launch on 4 warps (GDN fp8 392.1 -> 399.2 us, 4-bit 429.5 -> 451.8 at 128 
 # NOTE [raw fold as products]
 With a read copy, a delta-rule flush replays its raw records from the exact checkpoint (``_fold_raw``): each record
 reduces the tile against its key and waits for the last record's rank-1 update, a chain of ``L`` cross-thread
-reductions that sets the flushing rows' time (GDN fp8, H100, L = 16: the flushing rows add ~108 us to a 284 us
-non-flush step). Under scalar (or no) decay the same recurrence solves in products of small matrices, the chunked
+reductions that sets the flushing rows' time (H100, L = 16: the flushing rows add ~108 us to GDN fp8's 284 us
+non-flush step, ~74 us to KDA's 168). The same recurrence solves in products of small matrices, the chunked
 verify's algebra (NOTE [chunked verify algebra] in ``verify.py``) with the records as the tokens: for records ``i``
 with keys ``K [R, BK]``, values ``V [R, BV]``, ``beta``, ``P_i`` the decay of records ``0..i`` and ``E[i, s]`` that
 of records ``s < r <= i``::
@@ -139,19 +139,20 @@ of records ``s < r <= i``::
     A = beta * E * (K K^T), strictly lower      U = (I + A)^-1 (beta * (V - P * (K S)))
     S' = P_all S + (W * K)^T U                  W[s]: the decay of the records after s
 
-with ``(I + A)^-1`` by forward substitution: still a chain over the records, but of ``[R, R]`` rows, not of tile
-reductions (the product form ``(I - A)(I + A^2)(I + A^4)...`` has no chain but lost up to 7e-6 of the inverse in
-fp32 with correlated keys, numpy, R = 16, against 6e-8; 5.3e-6 of the checkpoint in
-``test_raw_fold_as_products_alike_keys``). ``R`` is the window rounded up to a power of two and at
-least 16 (the tensor cores' least dim; padding records are zero). Opt-in (``fold_products``, ``fold_dot`` the products' input
-precision: ``tf32x3`` about fp32's accuracy, ``ieee`` FMA loops), only in the flushing rows' launch, only with
-value tiles and keys of 16 or more, windows up to ``MAX_FOLD_ROWS`` and fp32 checkpoints (a row that folds before
-and after its token passes the first fold through the checkpoint, which a 16-bit one would round). The products over keys (``K K^T``, ``K S``) run 16 keys at a time with the
-tile's chunk read from the checkpoint (the flushing rows' tile is the checkpoint's; a row that folds before and
-after its token stores the first fold there), as operands of all 128 keys held in registers spilled 4244 bytes.
-Not timed yet. sm_90 (``sm90_report.py ... --fold-products``), GDN fp8, L = 16, flushing rows' launch: 2 warps 516
-bytes spilled, 4 warps 0 (255 registers), 8 warps 72, against the record loop's 0 on 2 warps; per-channel decay
-keeps the loop (its ``E`` is per key channel, ``[R, R, BK]``).
+Under per-channel decay ``P``, ``E`` and ``W`` are per key channel: ``P`` and ``W`` scale the keys, and ``E`` enters
+the key dots as an ``[R, R, 16]`` factor per chunk of keys (the chunked verify's ``_chunk_decays``). ``(I + A)^-1``
+by forward substitution: still a chain over the records, but of ``[R, R]`` rows, not of tile reductions (the
+product form ``(I - A)(I + A^2)(I + A^4)...`` has no chain but lost up to 7e-6 of the inverse in fp32 with
+correlated keys, numpy, R = 16, against 6e-8; 5.3e-6 of the checkpoint in ``test_raw_fold_as_products_alike_keys``).
+``R`` is the window rounded up to a power of two and at least 16 (the tensor cores' least dim; padding records are
+zero). The products over keys (``K K^T``, ``K S``) run 16 keys at a time with the tile's chunk read from the
+checkpoint (the flushing rows' tile is the checkpoint's; a row that folds before and after its token stores the
+first fold there): operands of all 128 keys held in registers spilled 4244 bytes. Opt-in (``fold_products``,
+``fold_dot`` the products' input precision: ``tf32x3`` about fp32's accuracy, ``ieee`` FMA loops), only in the
+flushing rows' launch, only with value tiles and keys of 16 or more, windows up to ``MAX_FOLD_ROWS`` and fp32
+checkpoints (a 16-bit one would round the tile between a pre and a post fold). Not timed yet. sm_90
+(``sm90_report.py ... --fold-products``), L = 16, flushing rows' launch, bytes spilled on 2 / 4 / 8 warps: GDN fp8
+516 / 0 / 72; KDA fp8 2244 / 0 / 8; the record loop spills none on 2 warps.
 
 # NOTE [window weights without differences]
 The decay from record ``i`` to position ``p`` is ``exp(sum_{i<j<=p} log_a_j)``: a reverse cumulative
@@ -314,7 +315,7 @@ def _fold_raw_products(S, s_vt, stride_sk, stride_sv, rk, rla, rv, rbeta, xk, xl
                        mask_k, offs_v, mask_v, K: tl.constexpr, BK: tl.constexpr, KS: tl.constexpr,
                        LS: tl.constexpr, US: tl.constexpr, BS: tl.constexpr, BR: tl.constexpr, DECAY: tl.constexpr,
                        CD: tl.constexpr, DOT: tl.constexpr):
-    """:func:`_fold_raw` (scalar or no decay) as products of small matrices, NOTE [raw fold as products]; ``BR``
+    """:func:`_fold_raw` as products of small matrices, NOTE [raw fold as products]; ``BR``
     (a power of two, at least the window and 16) rows of records, those past ``n_ring + n_new`` zero. ``S`` is the
     tile that the checkpoint holds (its first column at ``s_vt``): the products over keys read it there, ``KC`` keys
     at a time, so that neither the tile nor the keys enter a product over all keys (the last product's keys are
@@ -323,29 +324,44 @@ def _fold_raw_products(S, s_vt, stride_sk, stride_sv, rk, rla, rv, rbeta, xk, xl
     n_total = n_ring + n_new
     jj = tl.arange(0, BR)
     live = jj < n_total
+    later = jj[:, None] > jj[None, :]  # [i, s]: s < i
     KC: tl.constexpr = 16 if BK > 16 else BK
     kc = tl.arange(0, KC)
-    KK = tl.zeros([BR, BR], CD)
-    KS_ = tl.zeros([BR, offs_v.shape[0]], CD)  # the records' keys' reads of S
+    KK = tl.zeros([BR, BR], CD)  # k_i . k_s, under per-channel decay with E inside
+    KS_ = tl.zeros([BR, offs_v.shape[0]], CD)  # the records' keys' reads of S, under per-channel decay with P inside
     for c0 in tl.static_range(0, BK, KC):
         mc = (c0 + kc) < K
         Kc = _records(rk + c0, xk + c0, KS, jj, n_ring, n_total, kc, mc, CD)  # [BR, KC]
         Sc = tl.load(s_vt + (c0 + kc)[:, None] * stride_sk + offs_v[None, :] * stride_sv,
                      mask=mc[:, None] & mask_v[None, :], other=0.0).to(CD)  # [KC, BV]
-        KK = tl.dot(Kc, tl.trans(Kc), KK, input_precision=DOT)
-        KS_ = tl.dot(Kc, Sc, KS_, input_precision=DOT)
+        if DECAY == 2:
+            LAc = _records(rla + c0, xla + c0, LS, jj, n_ring, n_total, kc, mc, CD)
+            E3 = tl.exp(tl.cumsum(tl.where(later[:, :, None], LAc[:, None, :], 0.0), 0))  # [i, s, c]: s < r <= i
+            KK += tl.sum(Kc[:, None, :] * Kc[None, :, :] * E3, 2)
+            KS_ = tl.dot(Kc * tl.exp(tl.cumsum(LAc, 0)), Sc, KS_, input_precision=DOT)  # records 0..i
+        else:
+            KK = tl.dot(Kc, tl.trans(Kc), KK, input_precision=DOT)
+            KS_ = tl.dot(Kc, Sc, KS_, input_precision=DOT)
     Vr = _records(rv, xv, US, jj, n_ring, n_total, offs_v, mask_v, CD)  # [BR, BV]
     beta = _records1(rbeta, xbeta, BS, jj, n_ring, n_total, CD)
-    la = _records1(rla, xla, LS, jj, n_ring, n_total, CD) if DECAY == 1 else tl.zeros([BR], CD)
-    later = jj[:, None] > jj[None, :]  # [i, s]: s < i
-    P = tl.exp(tl.sum(tl.where(later | (jj[:, None] == jj[None, :]), la[None, :], 0.0), 1))  # records 0..i
-    W = tl.exp(tl.sum(tl.where(later, la[:, None], 0.0), 0))  # W[s]: the records after s
-    E = tl.exp(tl.cumsum(tl.where(later, la[:, None], 0.0), 0))  # E[i, s]: records s < r <= i (s < i)
-    A = tl.where(later, beta[:, None] * E * KK, 0.0)
-    rhs = tl.where(live[:, None], beta[:, None] * (Vr - P[:, None] * KS_), 0.0)
-    U = tl.dot(_unit_lower_inverse(A, jj, BR), rhs, input_precision=DOT)
     Kr = _records(rk, xk, KS, jj, n_ring, n_total, offs_k, mask_k, CD)  # [BR, BK]
-    return tl.dot(tl.trans(Kr * W[:, None]), U, S * tl.exp(tl.sum(la, 0)), input_precision=DOT)
+    if DECAY == 2:
+        A = tl.where(later, beta[:, None] * KK, 0.0)
+        rhs = beta[:, None] * (Vr - KS_)
+        W = tl.exp(tl.cumsum(_records(rla, xla, LS, jj + 1, n_ring, n_total, offs_k, mask_k, CD), 0, reverse=True))
+        first = tl.exp(_log_decay(rla, xla, 0, n_ring, n_total, LS, offs_k, mask_k, DECAY, CD))
+        Kw = Kr * W  # W[s, c]: the records after s
+        S = S * (first * tl.sum(tl.where((jj == 0)[:, None], W, 0.0), 0))[:, None]  # all records' decay
+    else:
+        la = _records1(rla, xla, LS, jj, n_ring, n_total, CD) if DECAY == 1 else tl.zeros([BR], CD)
+        P = tl.exp(tl.sum(tl.where(later | (jj[:, None] == jj[None, :]), la[None, :], 0.0), 1))  # records 0..i
+        E = tl.exp(tl.cumsum(tl.where(later, la[:, None], 0.0), 0))  # E[i, s]: records s < r <= i (s < i)
+        A = tl.where(later, beta[:, None] * E * KK, 0.0)
+        rhs = beta[:, None] * (Vr - P[:, None] * KS_)
+        Kw = Kr * tl.exp(tl.sum(tl.where(later, la[:, None], 0.0), 0))[:, None]  # the records after s
+        S = S * tl.exp(tl.sum(la, 0))
+    U = tl.dot(_unit_lower_inverse(A, jj, BR), tl.where(live[:, None], rhs, 0.0), input_precision=DOT)
+    return tl.dot(tl.trans(Kw), U, S, input_precision=DOT)
 
 
 @triton.jit
@@ -857,10 +873,9 @@ def tiling(spec: ReplaySpec, K: int, V: int, rows: int, Hv: int, T: int, block_v
     flush_items = min(flush_items, per_unit) if nonflush_stages > 0 else 0
     nonflush_cap = NONFLUSH_REGISTERS if flush_items and cap else cap  # NOTE [non-flush register cap]
     BL = triton.next_power_of_2(spec.window)
-    # NOTE [raw fold as products]: the flush launch's raw delta fold under scalar or no decay, on operands the
-    # tensor cores take (every dim >= 16)
-    products = (fold_products and spec.raw and spec.decay != "channel" and flush_items > 0 and min(BK, BV) >= 16
-                and BL <= MAX_FOLD_ROWS)
+    # NOTE [raw fold as products]: the flush launch's raw delta fold, on operands the tensor cores take (every dim
+    # >= 16)
+    products = fold_products and spec.raw and flush_items > 0 and min(BK, BV) >= 16 and BL <= MAX_FOLD_ROWS
     return Tiling(BK, BV, BL, num_warps, cap, units, items,
                   triton.cdiv(per_unit, items), fold_unroll, nonflush_stages, flush_items,
                   triton.cdiv(per_unit, flush_items) if flush_items else 0, nonflush_cap,
