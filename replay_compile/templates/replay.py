@@ -315,11 +315,10 @@ def _fold_raw_products(S, s_vt, stride_sk, stride_sv, rk, rla, rv, rbeta, xk, xl
                        mask_k, offs_v, mask_v, K: tl.constexpr, BK: tl.constexpr, KS: tl.constexpr,
                        LS: tl.constexpr, US: tl.constexpr, BS: tl.constexpr, BR: tl.constexpr, DECAY: tl.constexpr,
                        CD: tl.constexpr, DOT: tl.constexpr):
-    """:func:`_fold_raw` as products of small matrices, NOTE [raw fold as products]; ``BR``
-    (a power of two, at least the window and 16) rows of records, those past ``n_ring + n_new`` zero. ``S`` is the
-    tile that the checkpoint holds (its first column at ``s_vt``): the products over keys read it there, ``KC`` keys
-    at a time, so that neither the tile nor the keys enter a product over all keys (the last product's keys are
-    its rows).
+    """:func:`_fold_raw` as products of small matrices (NOTE [raw fold as products]) over ``BR`` rows of records
+    (a power of two, at least the window and 16), those past ``n_ring + n_new`` zero. ``S`` is the tile that the
+    checkpoint holds (its first column at ``s_vt``): the products over keys read it there, ``KC`` keys at a time, so
+    that neither the tile nor the keys enter a product over all keys (the last product's keys are its rows).
     """
     n_total = n_ring + n_new
     jj = tl.arange(0, BR)
@@ -328,7 +327,7 @@ def _fold_raw_products(S, s_vt, stride_sk, stride_sv, rk, rla, rv, rbeta, xk, xl
     KC: tl.constexpr = 16 if BK > 16 else BK
     kc = tl.arange(0, KC)
     KK = tl.zeros([BR, BR], CD)  # k_i . k_s, under per-channel decay with E inside
-    KS_ = tl.zeros([BR, offs_v.shape[0]], CD)  # the records' keys' reads of S, under per-channel decay with P inside
+    reads = tl.zeros([BR, offs_v.shape[0]], CD)  # S read by the records' keys, under per-channel decay with P inside
     for c0 in tl.static_range(0, BK, KC):
         mc = (c0 + kc) < K
         Kc = _records(rk + c0, xk + c0, KS, jj, n_ring, n_total, kc, mc, CD)  # [BR, KC]
@@ -338,16 +337,16 @@ def _fold_raw_products(S, s_vt, stride_sk, stride_sv, rk, rla, rv, rbeta, xk, xl
             LAc = _records(rla + c0, xla + c0, LS, jj, n_ring, n_total, kc, mc, CD)
             E3 = tl.exp(tl.cumsum(tl.where(later[:, :, None], LAc[:, None, :], 0.0), 0))  # [i, s, c]: s < r <= i
             KK += tl.sum(Kc[:, None, :] * Kc[None, :, :] * E3, 2)
-            KS_ = tl.dot(Kc * tl.exp(tl.cumsum(LAc, 0)), Sc, KS_, input_precision=DOT)  # records 0..i
+            reads = tl.dot(Kc * tl.exp(tl.cumsum(LAc, 0)), Sc, reads, input_precision=DOT)  # records 0..i
         else:
             KK = tl.dot(Kc, tl.trans(Kc), KK, input_precision=DOT)
-            KS_ = tl.dot(Kc, Sc, KS_, input_precision=DOT)
+            reads = tl.dot(Kc, Sc, reads, input_precision=DOT)
     Vr = _records(rv, xv, US, jj, n_ring, n_total, offs_v, mask_v, CD)  # [BR, BV]
     beta = _records1(rbeta, xbeta, BS, jj, n_ring, n_total, CD)
     Kr = _records(rk, xk, KS, jj, n_ring, n_total, offs_k, mask_k, CD)  # [BR, BK]
     if DECAY == 2:
         A = tl.where(later, beta[:, None] * KK, 0.0)
-        rhs = beta[:, None] * (Vr - KS_)
+        rhs = beta[:, None] * (Vr - reads)
         W = tl.exp(tl.cumsum(_records(rla, xla, LS, jj + 1, n_ring, n_total, offs_k, mask_k, CD), 0, reverse=True))
         first = tl.exp(_log_decay(rla, xla, 0, n_ring, n_total, LS, offs_k, mask_k, DECAY, CD))
         Kw = Kr * W  # W[s, c]: the records after s
@@ -357,7 +356,7 @@ def _fold_raw_products(S, s_vt, stride_sk, stride_sv, rk, rla, rv, rbeta, xk, xl
         P = tl.exp(tl.sum(tl.where(later | (jj[:, None] == jj[None, :]), la[None, :], 0.0), 1))  # records 0..i
         E = tl.exp(tl.cumsum(tl.where(later, la[:, None], 0.0), 0))  # E[i, s]: records s < r <= i (s < i)
         A = tl.where(later, beta[:, None] * E * KK, 0.0)
-        rhs = beta[:, None] * (Vr - P[:, None] * KS_)
+        rhs = beta[:, None] * (Vr - P[:, None] * reads)
         Kw = Kr * tl.exp(tl.sum(tl.where(later, la[:, None], 0.0), 0))[:, None]  # the records after s
         S = S * tl.exp(tl.sum(la, 0))
     U = tl.dot(_unit_lower_inverse(A, jj, BR), tl.where(live[:, None], rhs, 0.0), input_precision=DOT)
@@ -825,7 +824,7 @@ class Tiling(NamedTuple):
     flush_items: int  # 0: one launch; n > 0: the flushing rows first, in a launch of n pairs a program (NOTE [flush launch])
     flush_parts: int  # programs per unit of that launch
     nonflush_registers: Optional[int]  # register cap of the launch after it (NOTE [non-flush register cap])
-    fold_rows: int  # 0: the flushing rows' raw fold record by record; r > 0: in products of r rows (NOTE [raw fold as products])
+    fold_rows: int  # flushing rows' raw fold: 0 record by record, r > 0 in products of r rows (NOTE [raw fold as products])
 
 
 def tiling(spec: ReplaySpec, K: int, V: int, rows: int, Hv: int, T: int, block_v: Optional[int] = None,
