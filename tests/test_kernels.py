@@ -980,19 +980,21 @@ def test_raw_fold_as_products(family, read, K, L, replay_launches_run):
 
 
 @pytest.mark.parametrize("family", ["gated_deltanet", "kda"])
-def test_raw_fold_as_products_exact_zero_decays(family):
+def test_raw_fold_as_products_exact_zero_decays(family, replay_launches_run):
     """Records with log_a = -inf inside a window folded as products (NOTE [raw fold as products]): the state before
     them decays to exactly 0, never NaN (every decay is a sum of log-decays, not a difference); both paths flag the
-    input alike (``check``)."""
+    input alike (``check``). Per-channel decay: some key channels of a head only."""
     p = Pair(family, B=2, H=2, Hk=1, K=16, V=17, L=3, read="fp8", generator=torch.Generator().manual_seed(19),
              tiling=dict(block_v=16, fold_products=True))
     for t in range(7):
         x = p.inputs(2, T=1)
         la = x.log_a.clone()
         if t in (1, 3, 5):
-            la[t % 2, 0, t % 2] = float("-inf")  # per-channel decay: every key channel of the head
+            la[(t // 2) % 2, 0, t % 2, ...] = float("-inf") if family != "kda" else torch.tensor(
+                [float("-inf")] * 5 + [0.0] * 11).to(la)  # rows 0, 1, 0; kda: 5 of 16 channels, the rest no decay
         p.check(*p._out(x._replace(log_a=la), None, True), f"step {t}")
     assert torch.isfinite(p.tri.state).all()
+    assert {launch["FOLD_ROWS"] for launch in replay_launches_run if launch["ROWS"] == 1} == {16}
 
 
 def test_raw_fold_as_products_alike_keys():
@@ -1008,6 +1010,21 @@ def test_raw_fold_as_products_alike_keys():
         k = base + 0.01 * torch.randn(x.k.shape, generator=g)
         p.check(*p._out(x._replace(k=(k / k.norm(dim=-1, keepdim=True)).to(x.k), beta=torch.full_like(x.beta, 0.99)),
                         None, True), f"step {t}")
+
+
+def test_raw_fold_products_rule():
+    """Products fold where asked (NOTE [raw fold as products]): raw delta records in the flushing rows' launch, keys
+    and value tiles of 16 or more, windows up to MAX_FOLD_ROWS (16 under per-channel decay), in rows of a power of
+    two >= 16; never without a read copy, in one launch, or unasked."""
+    from replay_compile.templates import replay
+
+    spec = replay.ReplaySpec(decay="scalar", delta=True, raw=True, layout="kv", window=20, k_heads=16,
+                             read_format="fp8", stochastic_rounding=False, seed=0)
+    rows = lambda T=1, K=128, ask=True, **kw: replay.tiling(dataclasses.replace(spec, **kw), K, 128, 256, 64, T,
+                                                            fold_products=ask).fold_rows
+    assert rows() == 32 and rows(window=5) == 16 and rows(window=64) == 64 and rows(window=65) == 0
+    assert rows(decay="channel", window=16) == 16 and rows(decay="channel") == 0 and rows(decay="none") == 32
+    assert rows(raw=False, read_format=None) == 0 and rows(T=4) == 0 and rows(K=8) == 0 and rows(ask=None) == 0
 
 
 def test_flush_launch_rule(replay_launches):

@@ -149,7 +149,8 @@ zero). The products over keys (``K K^T``, ``K S``) run 16 keys at a time with th
 checkpoint (the flushing rows' tile is the checkpoint's; a row that folds before and after its token stores the
 first fold there): operands of all 128 keys held in registers spilled 4244 bytes. Opt-in (``fold_products``,
 ``fold_dot`` the products' input precision: ``tf32x3`` about fp32's accuracy, ``ieee`` FMA loops), only in the
-flushing rows' launch, only with value tiles and keys of 16 or more, windows up to ``MAX_FOLD_ROWS`` and fp32
+flushing rows' launch, only with value tiles and keys of 16 or more, windows up to ``MAX_FOLD_ROWS`` (16 under
+per-channel decay, whose ``[R, R, 16]`` factor grows with the square of the window) and fp32
 checkpoints (a 16-bit one would round the tile between a pre and a post fold). Not timed yet. sm_90
 (``sm90_report.py ... --fold-products``), L = 16, flushing rows' launch, bytes spilled on 2 / 4 / 8 warps: GDN fp8
 516 / 0 / 72; KDA fp8 2244 / 0 / 8; the record loop spills none on 2 warps.
@@ -874,7 +875,8 @@ def tiling(spec: ReplaySpec, K: int, V: int, rows: int, Hv: int, T: int, block_v
     BL = triton.next_power_of_2(spec.window)
     # NOTE [raw fold as products]: the flush launch's raw delta fold, on operands the tensor cores take (every dim
     # >= 16)
-    products = fold_products and spec.raw and flush_items > 0 and min(BK, BV) >= 16 and BL <= MAX_FOLD_ROWS
+    rows = 16 if spec.decay == "channel" else MAX_FOLD_ROWS  # per-channel decay: an [R, R, 16] factor per key chunk
+    products = fold_products and spec.raw and flush_items > 0 and min(BK, BV) >= 16 and BL <= rows
     return Tiling(BK, BV, BL, num_warps, cap, units, items,
                   triton.cdiv(per_unit, items), fold_unroll, nonflush_stages, flush_items,
                   triton.cdiv(per_unit, flush_items) if flush_items else 0, nonflush_cap,
