@@ -191,7 +191,8 @@ def _ring1(ring_row, stride, j, n, CD: tl.constexpr):
 
 @triton.jit
 def _record(ring_row, x_row, stride, i, n_ring, n_total, offs, mask, CD: tl.constexpr):
-    """Record ``i`` of a window: ring position ``i`` below ``n_ring``, input token ``i - n_ring`` below ``n_total``, else 0."""
+    """Record ``i`` of a window: ring position ``i`` below ``n_ring``, input token ``i - n_ring`` below ``n_total``, else 0.
+    ``i`` may be positions (``[R]``, or ``[R, 1]`` beside ``offs [1, C]``): those records at once."""
     ring = i < n_ring
     new = (i >= n_ring) & (i < n_total)
     r = tl.load(ring_row + i * stride + offs, mask=mask & ring, other=0.0)
@@ -280,25 +281,6 @@ def _fold_raw(S, rk, rla, rv, rbeta, xk, xla, xv, xbeta, n_ring, n_new, offs_k, 
 
 
 @triton.jit
-def _records(ring_row, x_row, stride, jj, n_ring, n_total, cols, col_mask, CD: tl.constexpr):
-    """``[BR, BC]``: records ``jj`` of a window at once (:func:`_record` of each), 0 past ``n_total``."""
-    ring = (jj < n_ring)[:, None] & col_mask[None, :]
-    new = ((jj >= n_ring) & (jj < n_total))[:, None] & col_mask[None, :]
-    r = tl.load(ring_row + jj[:, None] * stride + cols[None, :], mask=ring, other=0.0)
-    x = tl.load(x_row + (jj - n_ring)[:, None] * stride + cols[None, :], mask=new, other=0.0)
-    return tl.where(ring, r.to(CD), x.to(CD))
-
-
-@triton.jit
-def _records1(ring_row, x_row, stride, jj, n_ring, n_total, CD: tl.constexpr):
-    """``[BR]`` scalar records (per-head beta or log-decay) ``jj`` of a window, as :func:`_records`."""
-    ring = jj < n_ring
-    r = tl.load(ring_row + jj * stride, mask=ring, other=0.0)
-    x = tl.load(x_row + (jj - n_ring) * stride, mask=(jj >= n_ring) & (jj < n_total), other=0.0)
-    return tl.where(ring, r.to(CD), x.to(CD))
-
-
-@triton.jit
 def _unit_lower_inverse(A, tt, T: tl.constexpr):
     """``(I + A)^-1`` for strictly lower-triangular ``A [BT, BT]``, by forward substitution over its ``T`` rows
     (a product form, ``(I - A)(I + A^2)(I + A^4)...``, loses ~1e-5 of the result in fp32 where keys are alike)."""
@@ -331,29 +313,32 @@ def _fold_raw_products(S, s_vt, stride_sk, stride_sv, rk, rla, rv, rbeta, xk, xl
     reads = tl.zeros([BR, offs_v.shape[0]], CD)  # S read by the records' keys, under per-channel decay with P inside
     for c0 in tl.static_range(0, BK, KC):
         mc = (c0 + kc) < K
-        Kc = _records(rk + c0, xk + c0, KS, jj, n_ring, n_total, kc, mc, CD)  # [BR, KC]
+        Kc = _record(rk + c0, xk + c0, KS, jj[:, None], n_ring, n_total, kc[None, :], mc[None, :], CD)  # [BR, KC]
         Sc = tl.load(s_vt + (c0 + kc)[:, None] * stride_sk + offs_v[None, :] * stride_sv,
                      mask=mc[:, None] & mask_v[None, :], other=0.0).to(CD)  # [KC, BV]
         if DECAY == 2:
-            LAc = _records(rla + c0, xla + c0, LS, jj, n_ring, n_total, kc, mc, CD)
+            LAc = _record(rla + c0, xla + c0, LS, jj[:, None], n_ring, n_total, kc[None, :], mc[None, :], CD)
             E3 = tl.exp(tl.cumsum(tl.where(later[:, :, None], LAc[:, None, :], 0.0), 0))  # [i, s, c]: s < r <= i
             KK += tl.sum(Kc[:, None, :] * Kc[None, :, :] * E3, 2)
             reads = tl.dot(Kc * tl.exp(tl.cumsum(LAc, 0)), Sc, reads, input_precision=DOT)  # records 0..i
         else:
             KK = tl.dot(Kc, tl.trans(Kc), KK, input_precision=DOT)
             reads = tl.dot(Kc, Sc, reads, input_precision=DOT)
-    Vr = _records(rv, xv, US, jj, n_ring, n_total, offs_v, mask_v, CD)  # [BR, BV]
-    beta = _records1(rbeta, xbeta, BS, jj, n_ring, n_total, CD)
-    Kr = _records(rk, xk, KS, jj, n_ring, n_total, offs_k, mask_k, CD)  # [BR, BK]
+    Vr = _record(rv, xv, US, jj[:, None], n_ring, n_total, offs_v[None, :], mask_v[None, :], CD)  # [BR, BV]
+    beta = _record(rbeta, xbeta, BS, jj, n_ring, n_total, 0, True, CD)
+    Kr = _record(rk, xk, KS, jj[:, None], n_ring, n_total, offs_k[None, :], mask_k[None, :], CD)  # [BR, BK]
     if DECAY == 2:
         A = tl.where(later, beta[:, None] * KK, 0.0)
         rhs = beta[:, None] * (Vr - reads)
-        W = tl.exp(tl.cumsum(_records(rla, xla, LS, jj + 1, n_ring, n_total, offs_k, mask_k, CD), 0, reverse=True))
+        after = _record(rla, xla, LS, (jj + 1)[:, None], n_ring, n_total, offs_k[None, :], mask_k[None, :], CD)
+        W = tl.exp(tl.cumsum(after, 0, reverse=True))
         first = tl.exp(_log_decay(rla, xla, 0, n_ring, n_total, LS, offs_k, mask_k, DECAY, CD))
         Kw = Kr * W  # W[s, c]: the records after s
         S = S * (first * tl.sum(tl.where((jj == 0)[:, None], W, 0.0), 0))[:, None]  # all records' decay
     else:
-        la = _records1(rla, xla, LS, jj, n_ring, n_total, CD) if DECAY == 1 else tl.zeros([BR], CD)
+        la = tl.zeros([BR], CD)
+        if DECAY == 1:
+            la = _log_decay(rla, xla, jj, n_ring, n_total, LS, offs_k, mask_k, DECAY, CD)
         P = tl.exp(tl.sum(tl.where(later | (jj[:, None] == jj[None, :]), la[None, :], 0.0), 1))  # records 0..i
         E = tl.exp(tl.cumsum(tl.where(later, la[:, None], 0.0), 0))  # E[i, s]: records s < r <= i (s < i)
         A = tl.where(later, beta[:, None] * E * KK, 0.0)
