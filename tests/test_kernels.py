@@ -1012,6 +1012,37 @@ def test_raw_fold_as_products_alike_keys():
                         None, True), f"step {t}")
 
 
+@pytest.mark.parametrize("family,K,V", [("gated_deltanet", 16, 17), ("kda", 33, 17), ("simple_gla", 16, 32),
+                                         ("deltanet", 20, 16)])
+def test_copy_reads_as_products(family, K, V, replay_launches_run):
+    """The non-flush rows' reads of an fp8 copy as one product of the query's and key's fp16 parts with the codes
+    (NOTE [copy reads as products]), against the torch path's reads of the same copy, through every kind of flush
+    with padding rows: scalar (delta rule and not), per-channel and no decay, keys padded (K = 20, 33), value tiles
+    short of columns (V = 17). One fp16 part (2^-11) would miss the outputs' 1e-5."""
+    g = torch.Generator().manual_seed(K + V)
+    p = Pair(family, B=3, H=2, Hk=1, K=K, V=V, L=4, read="fp8", generator=g, tiling=dict(block_v=16, copy_dots=True))
+    _raw_fold_flushes(p, torch.tensor([2, -1, 0, 1], device=DEVICE), 4)
+    steps = [launch for launch in replay_launches_run if launch["T"] == 1]
+    assert {launch["COPY_DOTS"] for launch in steps if launch["ROWS"] == 2} == {True}
+    assert not any(launch["COPY_DOTS"] for launch in replay_launches_run if launch["ROWS"] != 2)
+
+
+def test_copy_reads_as_products_rule():
+    """Copy products where asked (NOTE [copy reads as products]): one-token calls on an fp8 copy with a flush launch,
+    keys and value tiles of 16 or more; never for other copies, verifies, one launch, or unasked."""
+    from replay_compile.templates import replay
+
+    spec = replay.ReplaySpec(decay="scalar", delta=True, raw=True, layout="kv", window=16, k_heads=16,
+                             read_format="fp8", stochastic_rounding=False, seed=0)
+    dots = lambda T=1, K=128, V=128, ask=True, flush_items=None, **kw: replay.tiling(
+        dataclasses.replace(spec, **kw), K, V, 256, 64, T, flush_items=flush_items, copy_dots=ask).copy_dots
+    assert dots() and dots(decay="channel") and dots(delta=False, raw=False)
+    assert not dots(ask=False) and not dots(ask=None)
+    assert not dots(read_format="fp4") and not dots(read_format="bf16") and not dots(read_format=None)
+    assert not dots(T=4) and not dots(T=0) and not dots(flush_items=0) and not dots(layout="vk")
+    assert not dots(K=8) and not dots(V=8)
+
+
 def test_raw_fold_products_rule():
     """Products fold where asked (NOTE [raw fold as products]): raw delta records in the flushing rows' launch, keys
     and value tiles of 16 or more, windows up to MAX_FOLD_ROWS (16 under per-channel decay), in rows of a power of

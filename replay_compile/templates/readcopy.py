@@ -207,6 +207,14 @@ def load_read_tile(data, row_scale, block_scale, head_off, offs_k, offs_v, mask_
 
 
 @triton.jit
+def load_fp8_codes(data, head_off, offs_k, offs_v, mask_kv, K: tl.constexpr, V: tl.constexpr, KEY_MAJOR: tl.constexpr):
+    """``[BK, BV]`` e4m3 codes of an fp8 copy's tile as fp16 (exact: every e4m3 value, subnormals included, is an
+    fp16 normal), 0 outside the state; the tile is these times the row scales."""
+    codes = tl.load(data + _data_offsets(head_off, offs_k, offs_v, K, V, KEY_MAJOR), mask=mask_kv)
+    return tl.where(mask_kv, codes.to(tl.float16), 0.0)  # masked lanes of fp8 loads are undefined
+
+
+@triton.jit
 def store_read_tile(stored, data, row_scale, block_scale, head_off, offs_k, offs_v, mask_kv,
                     K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, READ: tl.constexpr,
                     KEY_MAJOR: tl.constexpr):

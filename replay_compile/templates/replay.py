@@ -155,6 +155,21 @@ checkpoints (a 16-bit one would round the tile between a pre and a post fold). N
 (``sm90_report.py ... --fold-products``), L = 16, flushing rows' launch, bytes spilled on 2 / 4 / 8 warps: GDN fp8
 516 / 0 / 72; KDA fp8 2244 / 0 / 8; the record loop spills none on 2 warps.
 
+# NOTE [copy reads as products]
+A non-flush row of a one-token call needs only ``base^T q`` and ``base^T k`` (delta rule) of its read copy's tile.
+Done as reductions (``_dots2``), each element of an fp8 tile costs a conversion, a scale and two multiply-adds, and
+the key reductions cross the warps of ``kv`` tiles through shared memory: the fp8 steps ran issue-bound at a
+fraction of the bytes' bandwidth (Nsight, 2026-12-04). The e4m3 codes are exact in fp16, so one ``tl.dot`` of an
+``[16, BK]`` fp16 operand with the ``[BK, BV]`` codes gives both on the tensor cores, the row scales after it
+(``_copy_dots``). The operand holds the query and key divided by their largest magnitude ``m`` (fp16's range), each
+as fp16 high and low parts (rows 0-1 and 2-3): their sum keeps ~22 bits, where the fifteenth session's one fp16
+part (2^-11) missed the copies' test bound (2.0e-4 against 1e-5). Built once a program (``_copy_operand``): the
+query and key are the key group's (the scalar decay multiplies the results), or, under per-channel decay, the
+unit's value head's, times its decay ``G``. That trial put the products in the one launch beside the fold, where
+they lost in every cell (GDN fp8 step 604.5 -> 681.0 us, more spills); the non-flush rows' launch (NOTE [flush
+launch]) now carries no fold. Opt-in (``copy_dots``), fp8 copies, one-token calls with a flush launch, tiles of
+16 or more keys and values. Not timed yet.
+
 # NOTE [window weights without differences]
 The decay from record ``i`` to position ``p`` is ``exp(sum_{i<j<=p} log_a_j)``: a reverse cumulative
 sum of the log-decays shifted by one position (gathered a second time at ``j + 1``), never a difference
@@ -173,7 +188,7 @@ import triton.language as tl
 
 from ..families.base import Canonical
 from .cursors import commit_kernel, finalize_row, load_row, row_phase
-from .readcopy import READ_CODES, key_major, load_read_tile, store_read_tile
+from .readcopy import READ_CODES, key_major, load_fp8_codes, load_read_tile, store_read_tile
 from .sround import SR_FORMATS, slot_seed, stochastic_round
 
 @triton.jit
@@ -424,6 +439,58 @@ def _dots2(M, x, y):
 
 
 @triton.jit
+def _split_rows(x, m, row: tl.constexpr, R):
+    """``R [16, BK]`` with rows ``row, row + 1`` set to ``x / m`` in fp16 high and low parts (the rest of ``R`` kept):
+    their sum carries ~22 bits of ``x / m`` (NOTE [copy reads as products])."""
+    y = x / m
+    hi = y.to(tl.float16).to(tl.float32)
+    r = tl.arange(0, 16)[:, None]
+    R = tl.where(r == row, hi[None, :], R)
+    return tl.where(r == row + 1, (y - hi)[None, :], R)
+
+
+@triton.jit
+def _copy_operand(xq, xk, GC, offs_k, mask_k, BK: tl.constexpr, DECAY: tl.constexpr, DELTA: tl.constexpr):
+    """``(X [16, BK] fp16, m)``: a one-token call's query (rows 0, 1) and key (rows 2, 3, delta rule) for the fp8
+    copy's products (NOTE [copy reads as products]), times ``GC`` under per-channel decay, divided by ``m``, their
+    largest magnitude, and split into fp16 high and low parts. Once per program."""
+    q = tl.load(xq + offs_k, mask=mask_k, other=0.0).to(tl.float32)
+    k = tl.load(xk + offs_k, mask=mask_k, other=0.0).to(tl.float32)
+    if DECAY == 2:
+        q = q * GC
+        k = k * GC
+    m = tl.max(tl.abs(q), 0)
+    if DELTA:
+        m = tl.maximum(m, tl.max(tl.abs(k), 0))
+    m = tl.where((m > 0) & (m < float("inf")), m, 1.0)  # non-finite inputs are flagged by _key_dots
+    X = _split_rows(q, m, 0, tl.zeros([16, BK], tl.float32))
+    if DELTA:
+        X = _split_rows(k, m, 2, X)
+    return X.to(tl.float16), m
+
+
+@triton.jit
+def _copy_dots(read_data, read_row_scale, head, offs_k, offs_v, mask_kv, X, m,
+               K: tl.constexpr, V: tl.constexpr, KEY_MAJOR: tl.constexpr):
+    """``(c^T q, c^T k)`` ``[BV]`` of the fp8 read copy's tile ``c`` from one ``tl.dot`` of ``X [16, BK]``
+    (:func:`_copy_operand`) with the tile's e4m3 codes (exact in fp16), row scales and ``m`` after it."""
+    codes = load_fp8_codes(read_data, head, offs_k, offs_v, mask_kv, K, V, KEY_MAJOR)
+    P = tl.dot(X, codes, out_dtype=tl.float32)  # [16, BV]
+    s = tl.load(read_row_scale + head * V + offs_v, mask=offs_v < V, other=1.0) * m
+    r = tl.arange(0, 16)[:, None]
+    return tl.sum(tl.where(r < 2, P, 0.0), 0) * s, tl.sum(tl.where((r >= 2) & (r < 4), P, 0.0), 0) * s
+
+
+@triton.jit
+def _scaled_copy_dots(CQ, CK, G, DECAY: tl.constexpr):
+    """:func:`_copy_dots`' results times the token's decay ``G``: a scalar (1 without decay); a per-channel ``G``
+    is inside their operand already."""
+    if DECAY == 2:
+        return CQ, CK
+    return CQ * G, CK * G
+
+
+@triton.jit
 def _key_dots(rk, xq, xk, count0, j, tt, offs_k, mask_k, bad,
               KS: tl.constexpr, T: tl.constexpr, BT: tl.constexpr, BL: tl.constexpr, DELTA: tl.constexpr,
               CD: tl.constexpr):
@@ -486,9 +553,10 @@ def _channel_dots(rk, rla, xq, xk, xla, count0, j, tt, offs_k, mask_k, bad,
 
 @triton.jit
 def _tile_tokens(base, U, DQ, DK, KQ, GC, rla, xq, xk, xv, xla, xbeta, o_ptr, ru, rv, count0, j, tt,
-                 offs_k, mask_k, cols_v, mask_v, live, bad,
+                 offs_k, mask_k, cols_v, mask_v, live, bad, CQ, CK,
                  KS: tl.constexpr, US: tl.constexpr, LS: tl.constexpr, HV: tl.constexpr, V: tl.constexpr,
-                 T: tl.constexpr, DECAY: tl.constexpr, DELTA: tl.constexpr, RAW: tl.constexpr, CD: tl.constexpr):
+                 T: tl.constexpr, DECAY: tl.constexpr, DELTA: tl.constexpr, RAW: tl.constexpr, CD: tl.constexpr,
+                 COPY_DOTS: tl.constexpr):
     """The ``T`` outputs of one (head, value tile) from its base tile and window updates ``U [BL, BV]``.
 
     Writes each token's output and its update record ``u`` (and raw ``v``); returns ``bad``. Per-head
@@ -496,7 +564,9 @@ def _tile_tokens(base, U, DQ, DK, KQ, GC, rla, xq, xk, xv, xla, xbeta, o_ptr, ru
     differences]); with per-channel decay the weights are inside ``DQ`` already, so ``W`` only marks the
     positions written so far, and ``G [BK]`` starts from ``GC`` (:func:`_channel_dots`). ``base^T x`` is one
     reduction of the tile per token: one fp32 ``tl.dot`` for all tokens (tried on 2026-12-02) made verify
-    1.5-2.5x slower on the H200 (8 warps to fit its registers, and the tile through shared memory).
+    1.5-2.5x slower on the H200 (8 warps to fit its registers, and the tile through shared memory). With
+    ``COPY_DOTS`` (one-token calls) ``CQ, CK [BV]`` are the read copy's ``base^T q`` and ``base^T k`` before the
+    scalar decay (:func:`_copy_dots`), and ``base`` is not read.
     """
     G = 1.0
     W = tl.where(j < count0, 1.0, 0.0).to(CD)
@@ -528,7 +598,10 @@ def _tile_tokens(base, U, DQ, DK, KQ, GC, rla, xq, xk, xv, xla, xbeta, o_ptr, ru
             bad = bad | _nonfinite(beta_t)
             ck = _get_row(DK, tt, t) * W
             if T == 1:  # NOTE [paired reductions]
-                bq, bk = _dots2(base, xq_t, xk_t)
+                if COPY_DOTS:  # NOTE [copy reads as products]
+                    bq, bk = _scaled_copy_dots(CQ, CK, G, DECAY)
+                else:
+                    bq, bk = _dots2(base, xq_t, xk_t)
                 wq, wk = _dots2(U, cq, ck)
                 u_t = beta_t * (v_t - bk - wk)
             else:
@@ -538,6 +611,8 @@ def _tile_tokens(base, U, DQ, DK, KQ, GC, rla, xq, xk, xv, xla, xbeta, o_ptr, ru
         U = tl.where((j == p)[:, None], u_t[None, :], U)
         if DELTA and T == 1:  # the window's sum was taken before u_t joined it: add the token's own record
             o_t = bq + wq + tl.sum(tl.where(tt == t, KQ, 0.0)) * u_t
+        elif COPY_DOTS:
+            o_t = _scaled_copy_dots(CQ, CQ, G, DECAY)[0] + tl.sum(cq[:, None] * U, 0)
         else:
             o_t = _tile_dot(base, xq_t) + tl.sum(cq[:, None] * U, 0)
         tl.store(o_ptr + t * HV * V + cols_v, tl.where(live, o_t, 0.0), mask=mask_v)
@@ -599,7 +674,7 @@ def replay_kernel(
     COMMIT: tl.constexpr, FORCE: tl.constexpr, MATERIALIZE: tl.constexpr, HAS_SLOTS: tl.constexpr,
     SR: tl.constexpr, SR_MANT: tl.constexpr, SR_EMIN: tl.constexpr, CD: tl.constexpr,
     BHV: tl.constexpr, BHK: tl.constexpr, FOLD_UNROLL: tl.constexpr, SPLIT: tl.constexpr,
-    STAGES: tl.constexpr, ROWS: tl.constexpr, FOLD_ROWS: tl.constexpr, FOLD_DOT: tl.constexpr,
+    STAGES: tl.constexpr, ROWS: tl.constexpr, FOLD_ROWS: tl.constexpr, FOLD_DOT: tl.constexpr, COPY_DOTS: tl.constexpr,
 ):
     """Row ``b``, ``unit`` (a key group; a value head under per-channel decay), pairs ``[part * ITEMS,
     (part + 1) * ITEMS)`` of the unit's (value head, value tile) pairs, of a replay call over ``T`` tokens.
@@ -655,6 +730,9 @@ def replay_kernel(
         DQ, DK, bad = _key_dots(rk, xq, xk, count0, j, tt, offs_k, mask_k, bad, KS, T, BT, BL, DELTA, CD)
         GC = 1.0  # unused: scalar and no decay keep their window decay per head (in _tile_tokens)
     KQ = tl.sum(tl.where(j[None, :] == count0 + tt[:, None], DQ, 0.0), 1)  # k_p . q_t: a token's own record
+    X, m = 0.0, 1.0
+    if COPY_DOTS:  # NOTE [copy reads as products]: the non-flush rows' launch, one-token calls on an fp8 copy
+        X, m = _copy_operand(xq, xk, GC, offs_k, mask_k, BK, DECAY, DELTA)
 
     # NOTE [two row loops]: loop 1 serves the rows that flush (every row without SPLIT), loop 0 the others
     FIRST: tl.constexpr = 1 if ROWS == 1 else 1 - SPLIT
@@ -690,7 +768,12 @@ def replay_kernel(
                     # ring loads, tried on 2026-12-02, moved the Mamba-2 non-flush path from 363 to 491 us on the H200).
                     # One tile live at a time: non-flush rows read the copy, flush rows the exact tile (a plain
                     # load: a key-chunk tile would meet the copy's layout). Split flush loops hold only flush rows.
-                    if (READ > 0) & (SPLIT == 1) & (loop == 1):
+                    CQ, CK = 0.0, 0.0
+                    if COPY_DOTS:  # the tile's reads come from its codes (NOTE [copy reads as products])
+                        base = 0.0  # not read
+                        CQ, CK = _copy_dots(read_data, read_row_scale, head, offs_k, offs_v, mask_kv, X, m, K, V,
+                                            READ_KEY_MAJOR)
+                    elif (READ > 0) & (SPLIT == 1) & (loop == 1):
                         base = tl.load(s_tile, mask=mask_kv, other=0.0).to(CD)
                     elif READ > 0:
                         base = load_read_tile(read_data, read_row_scale, read_block_scale, head, offs_k, offs_v,
@@ -715,7 +798,7 @@ def replay_kernel(
                     U = _ring(ru, US, j, count0, cols_v, mask_v, CD)
                     bad = _tile_tokens(base, U, DQ, DK, KQ, GC, rla, xq, xk, xv, xla, xbeta, out + (b * T * HV + h) * V
                                        + vt * BV, ru, rv, count0, j, tt, offs_k, mask_k, cols_v, mask_v, live, bad,
-                                       KS, US, LS, HV, V, T, DECAY, DELTA, RAW, CD)
+                                       CQ, CK, KS, US, LS, HV, V, T, DECAY, DELTA, RAW, CD, COPY_DOTS)
 
                     if loop == 1:
                         tl.debug_barrier()  # the new u records written above are visible to every thread of the fold
@@ -811,12 +894,13 @@ class Tiling(NamedTuple):
     flush_parts: int  # programs per unit of that launch
     nonflush_registers: Optional[int]  # register cap of the launch after it (NOTE [non-flush register cap])
     fold_rows: int  # flushing rows' raw fold: 0 record by record, r > 0 in products of r rows (NOTE [raw fold as products])
+    copy_dots: bool  # the non-flush launch reads an fp8 copy in products (NOTE [copy reads as products])
 
 
 def tiling(spec: ReplaySpec, K: int, V: int, rows: int, Hv: int, T: int, block_v: Optional[int] = None,
            items: Optional[int] = None, fold_unroll: Optional[int] = None,
            nonflush_stages: Optional[int] = None, flush_items: Optional[int] = None,
-           fold_products: Optional[bool] = None) -> Tiling:
+           fold_products: Optional[bool] = None, copy_dots: Optional[bool] = None) -> Tiling:
     """How a call of ``T`` tokens over ``rows`` rows is cut into programs (:class:`Tiling`).
 
     Value tiles of ~4K elements, halved while the grid would leave SMs idle; every tile holds all keys,
@@ -862,10 +946,12 @@ def tiling(spec: ReplaySpec, K: int, V: int, rows: int, Hv: int, T: int, block_v
     # >= 16)
     rows = 16 if spec.decay == "channel" else MAX_FOLD_ROWS  # per-channel decay: an [R, R, 16] factor per key chunk
     products = fold_products and spec.raw and flush_items > 0 and min(BK, BV) >= 16 and BL <= rows
+    # NOTE [copy reads as products]: one-token calls' non-flush launch on an fp8 copy (tl.dot: dims >= 16)
+    copy_dots = bool(copy_dots) and spec.read_format == "fp8" and T == 1 and flush_items > 0 and min(BK, BV) >= 16
     return Tiling(BK, BV, BL, num_warps, cap, units, items,
                   triton.cdiv(per_unit, items), fold_unroll, nonflush_stages, flush_items,
                   triton.cdiv(per_unit, flush_items) if flush_items else 0, nonflush_cap,
-                  max(BL, 16) if products else 0)
+                  max(BL, 16) if products else 0, copy_dots)
 
 
 def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[torch.Tensor], out: Optional[torch.Tensor],
@@ -874,13 +960,14 @@ def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[t
            fold_unroll: Optional[int] = None, nonflush_stages: Optional[int] = None,
            flush_items: Optional[int] = None, nonflush_registers: Optional[int] = None,
            nonflush_warps: Optional[int] = None, fold_products: Optional[bool] = None,
-           fold_dot: str = "tf32x3") -> None:
+           fold_dot: str = "tf32x3", copy_dots: Optional[bool] = None) -> None:
     """Run one replay call (``x`` inputs ``[B, T, ...]``; ``materialize``: ``x`` is None, no tokens).
 
     One launch of the replay kernel over ``(B, units, parts)`` (:func:`tiling`), after one over ``(B, units,
     flush_parts)`` for the flushing rows where the tiling has ``flush_items`` (NOTE [flush launch]; then
     ``nonflush_registers`` and ``nonflush_warps`` set the second launch's register cap and warps, and
-    ``fold_products`` / ``fold_dot`` the first's raw fold, NOTE [raw fold as products]); the last program of
+    ``fold_products`` / ``fold_dot`` the first's raw fold, NOTE [raw fold as products], and ``copy_dots`` the
+    second's reads of an fp8 copy, NOTE [copy reads as products]); the last program of
     each row moves its cursors (NOTE [the last program moves the cursors]). ``slots [B]`` (int, -1 = padding) or
     None (row b is slot b); ``out [B, T, Hv, V]`` contiguous.
     """
@@ -900,7 +987,8 @@ def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[t
     cd = torch.float64 if state.dtype == torch.float64 else torch.float32
     # products fold in fp32: a 16-bit checkpoint would round the tile between a pre and a post fold
     fold_products = fold_products and state.dtype == torch.float32
-    tile = tiling(spec, K, V, B, Hv, T, block_v, items, fold_unroll, nonflush_stages, flush_items, fold_products)
+    tile = tiling(spec, K, V, B, Hv, T, block_v, items, fold_unroll, nonflush_stages, flush_items, fold_products,
+                  copy_dots)
     num_warps = num_warps or tile.num_warps
     if not tile.flush_items:  # one launch: the non-flush rows' own settings do not apply
         nonflush_registers, nonflush_warps = None, None
@@ -934,10 +1022,12 @@ def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[t
     cap = lambda registers: dict(maxnreg=registers) if registers else {}  # NOTE [register cap]
     if tile.flush_items:  # NOTE [flush launch]: before the launch that moves the cursors
         replay_kernel[(B, tile.units, tile.flush_parts)](*args, ITEMS=tile.flush_items, ROWS=1, **constants,
-                                                         FOLD_ROWS=tile.fold_rows, num_warps=num_warps,
+                                                         FOLD_ROWS=tile.fold_rows, COPY_DOTS=False,
+                                                         num_warps=num_warps,
                                                          **cap(max_registers))
     replay_kernel[(B, tile.units, tile.parts)](*args, ITEMS=tile.items, ROWS=2 if tile.flush_items else 0, **constants,
-                                               FOLD_ROWS=0, num_warps=nonflush_warps, **cap(nonflush_registers))
+                                               FOLD_ROWS=0, COPY_DOTS=tile.copy_dots, num_warps=nonflush_warps,
+                                               **cap(nonflush_registers))
 
 
 def commit(count: torch.Tensor, n_accepted: torch.Tensor, slots: Optional[torch.Tensor], window: int) -> None:
