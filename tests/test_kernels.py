@@ -713,6 +713,16 @@ def test_raw_fold_as_products_gpu(name, read, L, dot, warps, replay_launches_run
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("name", ["qwen3.5-122b-gdn", "kimi-linear-kda"])
+def test_copy_reads_as_products_gpu(name, replay_launches_run):
+    """The non-flush rows' fp8 copy reads as tensor-core products at real shapes (NOTE [copy reads as products]),
+    through every kind of flush with padding rows."""
+    p = _real_pair(name, B=5, L=5, seed=8, read="fp8", tiling=dict(copy_dots=True))
+    _raw_fold_flushes(p, torch.tensor([4, -1, 0, 2, 1, 3], device=DEVICE), 5)
+    assert {launch["COPY_DOTS"] for launch in replay_launches_run if launch["ROWS"] == 2} == {True}
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("name,read,ckpt", [("nemotron3-super-mamba2", "fp8", torch.float32),
                                             ("qwen3.5-4b-gdn", "fp4", torch.float32),
                                             ("kimi-linear-kda", "fp16", torch.bfloat16)])

@@ -486,8 +486,10 @@ def _scaled_copy_dots(CQ, CK, G, DECAY: tl.constexpr):
     """:func:`_copy_dots`' results times the token's decay ``G``: a scalar (1 without decay); a per-channel ``G``
     is inside their operand already."""
     if DECAY == 2:
-        return CQ, CK
-    return CQ * G, CK * G
+        bq, bk = CQ, CK
+    else:
+        bq, bk = CQ * G, CK * G
+    return bq, bk
 
 
 @triton.jit
