@@ -135,7 +135,7 @@ def main(argv=None) -> int:
     p.add_argument("--fold-products", action="store_true", help="the flushing rows' raw delta fold in products "
                    "(NOTE [raw fold as products])")
     p.add_argument("--fold-dot", default="tf32x3", help="their input precision (tl.dot's)")
-    p.add_argument("--copy-dots", action="store_true", help="the non-flush rows' reads of an fp8 copy in products "
+    p.add_argument("--copy-dots", action="store_true", help="the non-flush rows' reads of an 8- or 4-bit copy in products "
                    "(NOTE [copy reads as products])")
     p.add_argument("--verify-form", default="auto", help="verify calls' template and tiling (tune_replay.py's "
                    "--verify-form, one variant)")

@@ -74,8 +74,8 @@ def main(argv=None) -> int:
     p.add_argument("--fold-dot", type=comma_list(str), default=["tf32x3"], help="the products' input precision "
                    "(tl.dot's: tf32x3, ieee; ignored without --fold-products, and where replay.tiling refuses them: "
                    "per-channel decay, no delta rule or read copy, one launch)")
-    p.add_argument("--copy-dots", type=comma_list(int), default=[0], help="1: the non-flush rows' reads of an fp8 "
-                   "copy in products (NOTE [copy reads as products]; one-token calls with a flush launch)")
+    p.add_argument("--copy-dots", type=comma_list(int), default=[0], help="1: the non-flush rows' reads of an 8- or "
+                   "4-bit copy in products (NOTE [copy reads as products]; one-token calls with a flush launch)")
     p.add_argument("--verify", type=comma_list(int), default=[])
     p.add_argument("--verify-window", type=comma_list(int), default=[16], help="verify rows use L = w + T for each w "
                    "(as bench kernels)")
@@ -110,7 +110,7 @@ def main(argv=None) -> int:
                 args.fold_products, args.fold_dot, args.copy_dots):
             if not fp and fd != args.fold_dot[0]:  # the precision of products not taken
                 continue
-            if cd and read != "fp8":  # fp8 copies only
+            if cd and read not in ("fp8", "fp4"):  # 8- and 4-bit copies only
                 continue
             rs = staggered_replay_state(shape, B, L, "cuda", read)
             out = torch.empty(B, 1, rs.num_heads, rs.head_v, device="cuda")

@@ -713,11 +713,12 @@ def test_raw_fold_as_products_gpu(name, read, L, dot, warps, replay_launches_run
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["qwen3.5-122b-gdn", "kimi-linear-kda"])
-def test_copy_reads_as_products_gpu(name, replay_launches_run):
-    """The non-flush rows' fp8 copy reads as tensor-core products at real shapes (NOTE [copy reads as products]),
-    through every kind of flush with padding rows."""
-    p = _real_pair(name, B=5, L=5, seed=8, read="fp8", tiling=dict(copy_dots=True))
+@pytest.mark.parametrize("name,read", [("qwen3.5-122b-gdn", "fp8"), ("kimi-linear-kda", "fp8"),
+                                       ("qwen3.5-122b-gdn", "fp4")])
+def test_copy_reads_as_products_gpu(name, read, replay_launches_run):
+    """The non-flush rows' copy reads as tensor-core products at real shapes (NOTE [copy reads as products]), through
+    every kind of flush with padding rows."""
+    p = _real_pair(name, B=5, L=5, seed=8, read=read, tiling=dict(copy_dots=True))
     _raw_fold_flushes(p, torch.tensor([4, -1, 0, 2, 1, 3], device=DEVICE), 5)
     assert {launch["COPY_DOTS"] for launch in replay_launches_run if launch["ROWS"] == 2} == {True}
 
@@ -1022,15 +1023,16 @@ def test_raw_fold_as_products_alike_keys():
                         None, True), f"step {t}")
 
 
-@pytest.mark.parametrize("family,K,V", [("gated_deltanet", 16, 17), ("kda", 33, 17), ("simple_gla", 16, 32),
-                                         ("deltanet", 20, 16)])
-def test_copy_reads_as_products(family, K, V, replay_launches_run):
-    """The non-flush rows' reads of an fp8 copy as one product of the query's and key's fp16 parts with the codes
-    (NOTE [copy reads as products]), against the torch path's reads of the same copy, through every kind of flush
-    with padding rows: scalar (delta rule and not), per-channel and no decay, keys padded (K = 20, 33), value tiles
-    short of columns (V = 17). One fp16 part (2^-11) would miss the outputs' 1e-5."""
+@pytest.mark.parametrize("family,read,K,V", [("gated_deltanet", "fp8", 16, 17), ("kda", "fp8", 33, 17),
+                                              ("simple_gla", "fp8", 16, 32), ("deltanet", "fp8", 20, 16),
+                                              ("gated_deltanet", "fp4", 33, 17), ("kda", "fp4", 16, 32)])
+def test_copy_reads_as_products(family, read, K, V, replay_launches_run):
+    """The non-flush rows' reads of an 8- or 4-bit copy as one product of the query's and key's fp16 parts with the
+    tile before its row scales (NOTE [copy reads as products]), against the torch path's reads of the same copy,
+    through every kind of flush with padding rows: scalar (delta rule and not), per-channel and no decay, keys padded
+    (K = 20, 33), value tiles short of columns (V = 17). One fp16 part (2^-11) would miss the outputs' 1e-5."""
     g = torch.Generator().manual_seed(K + V)
-    p = Pair(family, B=3, H=2, Hk=1, K=K, V=V, L=4, read="fp8", generator=g, tiling=dict(block_v=16, copy_dots=True))
+    p = Pair(family, B=3, H=2, Hk=1, K=K, V=V, L=4, read=read, generator=g, tiling=dict(block_v=16, copy_dots=True))
     _raw_fold_flushes(p, torch.tensor([2, -1, 0, 1], device=DEVICE), 4)
     steps = [launch for launch in replay_launches_run if launch["T"] == 1]
     assert {launch["COPY_DOTS"] for launch in steps if launch["ROWS"] == 2} == {True}
@@ -1038,17 +1040,17 @@ def test_copy_reads_as_products(family, K, V, replay_launches_run):
 
 
 def test_copy_reads_as_products_rule():
-    """Copy products where asked (NOTE [copy reads as products]): one-token calls on an fp8 copy with a flush launch,
-    keys and value tiles of 16 or more; never for other copies, verifies, one launch, or unasked."""
+    """Copy products where asked (NOTE [copy reads as products]): one-token calls on an 8- or 4-bit copy with a flush
+    launch, keys and value tiles of 16 or more; never for 16-bit copies, verifies, one launch, or unasked."""
     from replay_compile.templates import replay
 
     spec = replay.ReplaySpec(decay="scalar", delta=True, raw=True, layout="kv", window=16, k_heads=16,
                              read_format="fp8", stochastic_rounding=False, seed=0)
     dots = lambda T=1, K=128, V=128, ask=True, flush_items=None, **kw: replay.tiling(
         dataclasses.replace(spec, **kw), K, V, 256, 64, T, flush_items=flush_items, copy_dots=ask).copy_dots
-    assert dots() and dots(decay="channel") and dots(delta=False, raw=False)
+    assert dots() and dots(decay="channel") and dots(delta=False, raw=False) and dots(read_format="fp4")
     assert not dots(ask=False) and not dots(ask=None)
-    assert not dots(read_format="fp4") and not dots(read_format="bf16") and not dots(read_format=None)
+    assert not dots(read_format="bf16") and not dots(read_format=None)
     assert not dots(T=4) and not dots(T=0) and not dots(flush_items=0) and not dots(layout="vk")
     assert not dots(K=8) and not dots(V=8)
 

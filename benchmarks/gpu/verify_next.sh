@@ -51,9 +51,11 @@
 #            the flush launch's, then GDN's and KDA's read-copy steps at L = 16 with it, tf32x3 or ieee products,
 #            beside the record loop, on the default 2 warps (sm_90: GDN 516 bytes spilled, KDA 2244) and with the
 #            flushing rows' launch alone on 4 or 8 warps, uncapped (GDN 0 / 72 bytes, KDA 0 / 8)
-#   copydots the non-flush rows' reads of an fp8 copy as tensor-core products (NOTE [copy reads as products],
-#            opt-in `copy_dots`): their GPU tests, then GDN's and KDA's fp8 steps at L = 8, 16 with and without
-#            (sm_90, L = 16, non-flush launch: GDN 96 -> 88 registers, 1696 -> 1648 SASS instructions, 0 spilled)
+#   copydots the non-flush rows' reads of 8- and 4-bit copies as tensor-core products (NOTE [copy reads as
+#            products], opt-in `copy_dots`): their GPU tests, then GDN's and KDA's fp8 / 4-bit steps at L = 8, 16 with
+#            and without (sm_90, L = 16, non-flush launch, bytes spilled and SASS instructions without -> with: GDN fp8
+#            0 / 1672 -> 0 / 1648 (16 HMMA a pair), 4-bit 0 / 2088 -> 0 / 2288, KDA fp8 0 / 3048 -> 0 / 3136, 4-bit
+#            24 / 3520 -> 28 / 3752)
 #   keychunk the GPU tests of Mamba-2's default verify on key-contiguous states in chunks of 32 keys (NOTE
 #           [key-contiguous chunks]) and of the default verify's table (20 s on an H100, 2026-12-07)
 # Usage: [FAN_WINDOWS=8] [PARTS="tests gdn kda copies spec fan fantests items prefold spec16 keychunk nfcap nfcheck unroll products copydots flushwl fanx fanxtests"] [TESTS=verify|copies|all] bash benchmarks/gpu/verify_next.sh [commit]
@@ -112,7 +114,7 @@ has products && TAIL=20 part products_warps 120 python3 benchmarks/tune_replay.p
   --warps 4,8 --nonflush-warps 2 --nonflush-maxnreg 96 --out "$OUT/fold_products_warps.json"
 has copydots && TAIL=4 part copydots_tests 200 python3 -m pytest -m gpu tests/test_kernels.py -q -p no:cacheprovider \
   --tb=short -k "copy_reads_as_products_gpu or read_copies_and_rounding_gpu"
-has copydots && TAIL=12 part copydots 120 python3 benchmarks/tune_replay.py $KV_SHAPES --read fp8 --window 8,16 \
+has copydots && TAIL=20 part copydots 150 python3 benchmarks/tune_replay.py $KV_SHAPES --read fp8,fp4 --window 8,16 \
   --copy-dots 0,1 --out "$OUT/copy_dots.json"
 has flushwl && fan_tests flushwl_tests $X/2026-12-07_flush_work_list.patch
 has flushwl && TESTS= BOX=240 TUNE="$FAN_TUNE --flush-items 0,1" bash "$(dirname "$0")/variants.sh" \

@@ -159,16 +159,17 @@ checkpoints (a 16-bit one would round the tile between a pre and a post fold). N
 A non-flush row of a one-token call needs only ``base^T q`` and ``base^T k`` (delta rule) of its read copy's tile.
 Done as reductions (``_dots2``), each element of an fp8 tile costs a conversion, a scale and two multiply-adds, and
 the key reductions cross the warps of ``kv`` tiles through shared memory: the fp8 steps ran issue-bound at a
-fraction of the bytes' bandwidth (Nsight, 2026-12-04). The e4m3 codes are exact in fp16, so one ``tl.dot`` of an
-``[16, BK]`` fp16 operand with the ``[BK, BV]`` codes gives both on the tensor cores, the row scales after it
+fraction of the bytes' bandwidth (Nsight, 2026-12-04). A copy's tile before its row scales is exact in fp16 (e4m3
+codes; e2m1 codes times their e4m3 block scales, ``readcopy.load_unscaled_tile``), so one ``tl.dot`` of an
+``[16, BK]`` fp16 operand with the ``[BK, BV]`` tile gives both on the tensor cores, the row scales after it
 (``_copy_dots``). The operand holds the query and key divided by their largest magnitude ``m`` (fp16's range), each
 as fp16 high and low parts (rows 0-1 and 2-3): their sum keeps ~22 bits, where the fifteenth session's one fp16
 part (2^-11) missed the copies' test bound (2.0e-4 against 1e-5). Built once a program (``_copy_operand``): the
 query and key are the key group's (the scalar decay multiplies the results), or, under per-channel decay, the
 unit's value head's, times its decay ``G``. That trial put the products in the one launch beside the fold, where
 they lost in every cell (GDN fp8 step 604.5 -> 681.0 us, more spills); the non-flush rows' launch (NOTE [flush
-launch]) now carries no fold. Opt-in (``copy_dots``), fp8 copies, one-token calls with a flush launch, tiles of
-16 or more keys and values. Not timed yet.
+launch]) now carries no fold. Opt-in (``copy_dots``), fp8 and 4-bit copies, one-token calls with a flush launch,
+tiles of 16 or more keys and values. Not timed yet.
 
 # NOTE [window weights without differences]
 The decay from record ``i`` to position ``p`` is ``exp(sum_{i<j<=p} log_a_j)``: a reverse cumulative
@@ -188,7 +189,7 @@ import triton.language as tl
 
 from ..families.base import Canonical
 from .cursors import commit_kernel, finalize_row, load_row, row_phase
-from .readcopy import READ_CODES, key_major, load_fp8_codes, load_read_tile, store_read_tile
+from .readcopy import READ_CODES, key_major, load_read_tile, load_unscaled_tile, store_read_tile
 from .sround import SR_FORMATS, slot_seed, stochastic_round
 
 @triton.jit
@@ -451,7 +452,7 @@ def _split_rows(x, m, row: tl.constexpr, R):
 
 @triton.jit
 def _copy_operand(xq, xk, GC, offs_k, mask_k, BK: tl.constexpr, DECAY: tl.constexpr, DELTA: tl.constexpr):
-    """``(X [16, BK] fp16, m)``: a one-token call's query (rows 0, 1) and key (rows 2, 3, delta rule) for the fp8
+    """``(X [16, BK] fp16, m)``: a one-token call's query (rows 0, 1) and key (rows 2, 3, delta rule) for the read
     copy's products (NOTE [copy reads as products]), times ``GC`` under per-channel decay, divided by ``m``, their
     largest magnitude, and split into fp16 high and low parts. Once per program."""
     q = tl.load(xq + offs_k, mask=mask_k, other=0.0).to(tl.float32)
@@ -470,12 +471,13 @@ def _copy_operand(xq, xk, GC, offs_k, mask_k, BK: tl.constexpr, DECAY: tl.conste
 
 
 @triton.jit
-def _copy_dots(read_data, read_row_scale, head, offs_k, offs_v, mask_kv, X, m,
-               K: tl.constexpr, V: tl.constexpr, KEY_MAJOR: tl.constexpr):
-    """``(c^T q, c^T k)`` ``[BV]`` of the fp8 read copy's tile ``c`` from one ``tl.dot`` of ``X [16, BK]``
-    (:func:`_copy_operand`) with the tile's e4m3 codes (exact in fp16), row scales and ``m`` after it."""
-    codes = load_fp8_codes(read_data, head, offs_k, offs_v, mask_kv, K, V, KEY_MAJOR)
-    P = tl.dot(X, codes, out_dtype=tl.float32)  # [16, BV]
+def _copy_dots(read_data, read_row_scale, read_block_scale, head, offs_k, offs_v, mask_kv, X, m,
+               K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, READ: tl.constexpr,
+               KEY_MAJOR: tl.constexpr):
+    """``(c^T q, c^T k)`` ``[BV]`` of the read copy's tile ``c`` from one ``tl.dot`` of ``X [16, BK]``
+    (:func:`_copy_operand`) with the tile before its row scales (exact in fp16), the row scales and ``m`` after it."""
+    tile = load_unscaled_tile(read_data, read_block_scale, head, offs_k, offs_v, mask_kv, K, V, BK, BV, READ, KEY_MAJOR)
+    P = tl.dot(X, tile, out_dtype=tl.float32)  # [16, BV]
     s = tl.load(read_row_scale + head * V + offs_v, mask=offs_v < V, other=1.0) * m
     r = tl.arange(0, 16)[:, None]
     return tl.sum(tl.where(r < 2, P, 0.0), 0) * s, tl.sum(tl.where((r >= 2) & (r < 4), P, 0.0), 0) * s
@@ -733,7 +735,7 @@ def replay_kernel(
         GC = 1.0  # unused: scalar and no decay keep their window decay per head (in _tile_tokens)
     KQ = tl.sum(tl.where(j[None, :] == count0 + tt[:, None], DQ, 0.0), 1)  # k_p . q_t: a token's own record
     X, m = 0.0, 1.0
-    if COPY_DOTS:  # NOTE [copy reads as products]: the non-flush rows' launch, one-token calls on an fp8 copy
+    if COPY_DOTS:  # NOTE [copy reads as products]: the non-flush rows' launch, one-token calls on an 8- or 4-bit copy
         X, m = _copy_operand(xq, xk, GC, offs_k, mask_k, BK, DECAY, DELTA)
 
     # NOTE [two row loops]: loop 1 serves the rows that flush (every row without SPLIT), loop 0 the others
@@ -773,8 +775,8 @@ def replay_kernel(
                     CQ, CK = 0.0, 0.0
                     if COPY_DOTS:  # the tile's reads come from its codes (NOTE [copy reads as products])
                         base = 0.0  # not read
-                        CQ, CK = _copy_dots(read_data, read_row_scale, head, offs_k, offs_v, mask_kv, X, m, K, V,
-                                            READ_KEY_MAJOR)
+                        CQ, CK = _copy_dots(read_data, read_row_scale, read_block_scale, head, offs_k, offs_v,
+                                            mask_kv, X, m, K, V, BK, BV, READ, READ_KEY_MAJOR)
                     elif (READ > 0) & (SPLIT == 1) & (loop == 1):
                         base = tl.load(s_tile, mask=mask_kv, other=0.0).to(CD)
                     elif READ > 0:
@@ -896,7 +898,7 @@ class Tiling(NamedTuple):
     flush_parts: int  # programs per unit of that launch
     nonflush_registers: Optional[int]  # register cap of the launch after it (NOTE [non-flush register cap])
     fold_rows: int  # flushing rows' raw fold: 0 record by record, r > 0 in products of r rows (NOTE [raw fold as products])
-    copy_dots: bool  # the non-flush launch reads an fp8 copy in products (NOTE [copy reads as products])
+    copy_dots: bool  # the non-flush launch reads an 8- or 4-bit copy in products (NOTE [copy reads as products])
 
 
 def tiling(spec: ReplaySpec, K: int, V: int, rows: int, Hv: int, T: int, block_v: Optional[int] = None,
@@ -948,8 +950,9 @@ def tiling(spec: ReplaySpec, K: int, V: int, rows: int, Hv: int, T: int, block_v
     # >= 16)
     rows = 16 if spec.decay == "channel" else MAX_FOLD_ROWS  # per-channel decay: an [R, R, 16] factor per key chunk
     products = fold_products and spec.raw and flush_items > 0 and min(BK, BV) >= 16 and BL <= rows
-    # NOTE [copy reads as products]: one-token calls' non-flush launch on an fp8 copy (tl.dot: dims >= 16)
-    copy_dots = bool(copy_dots) and spec.read_format == "fp8" and T == 1 and flush_items > 0 and min(BK, BV) >= 16
+    # NOTE [copy reads as products]: one-token calls' non-flush launch on an 8- or 4-bit copy (tl.dot: dims >= 16)
+    copy_dots = (bool(copy_dots) and spec.read_format in ("fp8", "fp4") and T == 1 and flush_items > 0
+                 and min(BK, BV) >= 16)
     return Tiling(BK, BV, BL, num_warps, cap, units, items,
                   triton.cdiv(per_unit, items), fold_unroll, nonflush_stages, flush_items,
                   triton.cdiv(per_unit, flush_items) if flush_items else 0, nonflush_cap,
