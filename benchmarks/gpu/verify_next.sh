@@ -55,7 +55,8 @@
 #            products], opt-in `copy_dots`): their GPU tests, then GDN's and KDA's fp8 / 4-bit steps at L = 8, 16 with
 #            and without (sm_90, L = 16, non-flush launch, bytes spilled and SASS instructions without -> with: GDN fp8
 #            0 / 1672 -> 0 / 1648 (16 HMMA a pair), 4-bit 0 / 2088 -> 0 / 2288, KDA fp8 0 / 3048 -> 0 / 3136, 4-bit
-#            24 / 3520 -> 28 / 3752)
+#            24 / 3520 -> 28 / 3752), and with the non-flush loop pipelined over 2 stages (the tile now feeds a
+#            tl.dot: its loads may go to shared memory ahead; 8 pairs a program)
 #   keychunk the GPU tests of Mamba-2's default verify on key-contiguous states in chunks of 32 keys (NOTE
 #           [key-contiguous chunks]) and of the default verify's table (20 s on an H100, 2026-12-07)
 # Usage: [FAN_WINDOWS=8] [PARTS="tests gdn kda copies spec fan fantests items prefold spec16 keychunk nfcap nfcheck unroll products copydots flushwl fanx fanxtests"] [TESTS=verify|copies|all] bash benchmarks/gpu/verify_next.sh [commit]
@@ -116,6 +117,8 @@ has copydots && TAIL=4 part copydots_tests 200 python3 -m pytest -m gpu tests/te
   --tb=short -k "copy_reads_as_products_gpu or read_copies_and_rounding_gpu"
 has copydots && TAIL=20 part copydots 150 python3 benchmarks/tune_replay.py $KV_SHAPES --read fp8,fp4 --window 8,16 \
   --copy-dots 0,1 --out "$OUT/copy_dots.json"
+has copydots && TAIL=12 part copydots_stages 90 python3 benchmarks/tune_replay.py $KV_SHAPES --read fp8,fp4 --window 16 \
+  --copy-dots 1 --stages 2 --out "$OUT/copy_dots_stages.json"
 has flushwl && fan_tests flushwl_tests $X/2026-12-07_flush_work_list.patch
 has flushwl && TESTS= BOX=240 TUNE="$FAN_TUNE --flush-items 0,1" bash "$(dirname "$0")/variants.sh" \
   $X/2026-12-07_flush_work_list.patch
