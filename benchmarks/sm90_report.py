@@ -132,11 +132,6 @@ def main(argv=None) -> int:
                    "the flushing rows have their own (0: the default, NONFLUSH_REGISTERS or --maxnreg's)")
     p.add_argument("--nonflush-warps", type=int, default=0, help="warps of the non-flush rows' launch where the "
                    "flushing rows have their own (0: those of the flushing rows' launch)")
-    p.add_argument("--fold-products", action="store_true", help="the flushing rows' raw delta fold in products "
-                   "(NOTE [raw fold as products])")
-    p.add_argument("--fold-dot", default="tf32x3", help="their input precision (tl.dot's)")
-    p.add_argument("--copy-dots", action="store_true", help="the non-flush rows' reads of an 8- or 4-bit copy in products "
-                   "(NOTE [copy reads as products])")
     p.add_argument("--verify-form", default="auto", help="verify calls' template and tiling (tune_replay.py's "
                    "--verify-form, one variant)")
     p.add_argument("--activations", choices=("bf16", "fp32"), default="bf16",
@@ -167,8 +162,6 @@ def main(argv=None) -> int:
                                      flush_items=None if args.flush_items < 0 else args.flush_items,
                                      nonflush_registers=args.nonflush_maxnreg or None,
                                      nonflush_warps=args.nonflush_warps or None,
-                                     fold_products=args.fold_products, fold_dot=args.fold_dot,
-                                     copy_dots=args.copy_dots,
                                      **verify_form(args.verify_form))
             labels += [("commit" if commit else "no commit") + {1: ", flushing rows", 2: ", other rows"}.get(
                 kw.get("ROWS"), "") for _, _, kw in calls[n:]]

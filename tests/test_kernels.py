@@ -700,30 +700,6 @@ def test_flush_launch_gpu(name, read):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name,read,L,dot,warps", [("qwen3.5-122b-gdn", "fp8", 16, "tf32x3", None),
-                                                  ("qwen3.5-4b-gdn", "fp4", 5, "ieee", 4),
-                                                  ("kimi-linear-kda", "fp8", 16, "tf32x3", 4)])
-def test_raw_fold_as_products_gpu(name, read, L, dot, warps, replay_launches_run):
-    """The flushing rows' raw delta fold as tensor-core (or FMA) products at real shapes (NOTE [raw fold as
-    products]), through every kind of flush with padding rows (``_raw_fold_flushes``)."""
-    p = _real_pair(name, B=5, L=L, seed=6, read=read,
-                   tiling=dict(fold_products=True, fold_dot=dot, num_warps=warps, nonflush_warps=warps and 2))
-    _raw_fold_flushes(p, torch.tensor([4, -1, 0, 2, 1, 3], device=DEVICE), L)
-    assert {launch["FOLD_ROWS"] for launch in replay_launches_run if launch["ROWS"] == 1} == {16}
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("name,read", [("qwen3.5-122b-gdn", "fp8"), ("kimi-linear-kda", "fp8"),
-                                       ("qwen3.5-122b-gdn", "fp4")])
-def test_copy_reads_as_products_gpu(name, read, replay_launches_run):
-    """The non-flush rows' copy reads as tensor-core products at real shapes (NOTE [copy reads as products]), through
-    every kind of flush with padding rows."""
-    p = _real_pair(name, B=5, L=5, seed=8, read=read, tiling=dict(copy_dots=True))
-    _raw_fold_flushes(p, torch.tensor([4, -1, 0, 2, 1, 3], device=DEVICE), 5)
-    assert {launch["COPY_DOTS"] for launch in replay_launches_run if launch["ROWS"] == 2} == {True}
-
-
-@pytest.mark.gpu
 @pytest.mark.parametrize("name,read,ckpt", [("nemotron3-super-mamba2", "fp8", torch.float32),
                                             ("qwen3.5-4b-gdn", "fp4", torch.float32),
                                             ("kimi-linear-kda", "fp16", torch.bfloat16)])
@@ -803,24 +779,6 @@ def replay_launches(monkeypatch):
             return lambda *args, **kwargs: launches.append(kwargs)
 
     monkeypatch.setattr(replay, "replay_kernel", Capture())
-    return launches
-
-
-@pytest.fixture
-def replay_launches_run(monkeypatch):
-    """The keyword arguments of each replay-kernel launch, recorded as the launches run."""
-    from replay_compile.templates import replay
-
-    launches, kernel = [], replay.replay_kernel
-
-    class Record:
-        def __getitem__(self, grid):
-            def run(*args, **kwargs):
-                launches.append(kwargs)
-                return kernel[grid](*args, **kwargs)
-            return run
-
-    monkeypatch.setattr(replay, "replay_kernel", Record())
     return launches
 
 
@@ -942,132 +900,6 @@ def test_flush_launch(family, read, flush_items, heads):
             p.step(slots=slots, force_flush=T == 0)
         else:
             p.verify_commit(T=T, slots=slots)
-
-
-def _raw_fold_flushes(p, slots, L):
-    """Steps through every kind of flush of the raw fold: a pre flush (a full window from drafts all accepted), a pre
-    and a post fold in one forced step, a forced flush of a partial window, and a post flush at the L-th step."""
-    accept_all = torch.full((slots.shape[0],), L - 1, device=DEVICE)
-    live = [int(s) for s in slots if s >= 0]
-
-    def fill_window():  # from one record, L - 1 drafts all accepted: every live row's window full (c = L)
-        x = p.inputs(slots.shape[0], T=L - 1)
-        p.check(*p._out(x, slots, False), "verify")
-        p.ref.impl.commit(p.ref, accept_all, slots)
-        triton_impl.commit(p.tri, accept_all, slots)
-        assert p.tri.count[live].tolist() == [L] * len(live)
-
-    p.step(slots=slots)
-    fill_window()
-    p.step(slots=slots)  # pre flush
-    fill_window()
-    p.step(slots=slots, force_flush=True)  # pre and post
-    p.step(slots=slots)
-    p.step(slots=slots, force_flush=True)  # post of a partial window
-    for _ in range(L):
-        p.step(slots=slots)  # a post flush at the L-th
-
-
-@pytest.mark.parametrize("family,read,K,L", [("gated_deltanet", "fp8", 16, 5), ("deltanet", "bf16", 16, 3),
-                                             ("gated_deltanet", "fp4", 16, 16), ("gated_deltanet", "fp8", 33, 20),
-                                             ("kda", "fp8", 33, 5)])
-def test_raw_fold_as_products(family, read, K, L, replay_launches_run):
-    """The flushing rows' raw delta fold as products (NOTE [raw fold as products]) against the torch path's record
-    by record, through every kind of flush (:func:`_raw_fold_flushes`): scalar, no and per-channel decay, windows
-    padded to 16 rows (L = 3, 5) or 32 (20) and full (16), keys in one chunk of 16 or four (33, the last of one
-    key), padding rows, and a value tile short of columns (V = 17 in tiles of 16). A 16-bit checkpoint keeps the
-    record loop."""
-    g = torch.Generator().manual_seed(70 + L)
-    p = Pair(family, B=3, H=2, Hk=1, K=K, V=17, L=L, read=read, generator=g,
-             tiling=dict(block_v=16, fold_products=True))
-    _raw_fold_flushes(p, torch.tensor([2, -1, 0, 1], device=DEVICE), L)
-    rows = max(16, triton.next_power_of_2(L))
-    assert {launch["FOLD_ROWS"] for launch in replay_launches_run if launch["ROWS"] == 1} == {rows}
-    del replay_launches_run[:]
-    h = Pair(family, B=2, H=2, Hk=1, K=16, V=17, L=3, read=read, dtype=torch.bfloat16, generator=g,
-             tiling=dict(block_v=16, fold_products=True))
-    h.step()
-    assert {launch["FOLD_ROWS"] for launch in replay_launches_run} == {0}
-
-
-@pytest.mark.parametrize("family", ["gated_deltanet", "kda"])
-def test_raw_fold_as_products_exact_zero_decays(family, replay_launches_run):
-    """Records with log_a = -inf inside a window folded as products (NOTE [raw fold as products]): the state before
-    them decays to exactly 0, never NaN (every decay is a sum of log-decays, not a difference); both paths flag the
-    input alike (``check``). Per-channel decay: some key channels of a head only."""
-    p = Pair(family, B=2, H=2, Hk=1, K=16, V=17, L=3, read="fp8", generator=torch.Generator().manual_seed(19),
-             tiling=dict(block_v=16, fold_products=True))
-    for t in range(7):
-        x = p.inputs(2, T=1)
-        la = x.log_a.clone()
-        if t in (1, 3, 5):
-            la[(t // 2) % 2, 0, t % 2, ...] = float("-inf") if family != "kda" else torch.tensor(
-                [float("-inf")] * 5 + [0.0] * 11).to(la)  # rows 0, 1, 0; kda: 5 of 16 channels, the rest no decay
-        p.check(*p._out(x._replace(log_a=la), None, True), f"step {t}")
-    assert torch.isfinite(p.tri.state).all()
-    assert {launch["FOLD_ROWS"] for launch in replay_launches_run if launch["ROWS"] == 1} == {16}
-
-
-def test_raw_fold_as_products_alike_keys():
-    """Windows of nearly equal keys and betas near 1 (``A`` of NOTE [raw fold as products] near the all-ones lower
-    triangle, where a squaring form of the inverse lost 1e-5 in fp32): the products fold stays within the
-    checkpoint's tolerance of the record loop."""
-    g = torch.Generator().manual_seed(23)
-    p = Pair("gated_deltanet", B=2, H=2, Hk=1, K=16, V=17, L=16, read="fp8", generator=g,
-             tiling=dict(block_v=16, fold_products=True))
-    base = torch.randn(16, generator=g)
-    for t in range(17):
-        x = p.inputs(2, T=1)
-        k = base + 0.01 * torch.randn(x.k.shape, generator=g)
-        p.check(*p._out(x._replace(k=(k / k.norm(dim=-1, keepdim=True)).to(x.k), beta=torch.full_like(x.beta, 0.99)),
-                        None, True), f"step {t}")
-
-
-@pytest.mark.parametrize("family,read,K,V", [("gated_deltanet", "fp8", 16, 17), ("kda", "fp8", 33, 17),
-                                              ("simple_gla", "fp8", 16, 32), ("deltanet", "fp8", 20, 16),
-                                              ("gated_deltanet", "fp4", 33, 17), ("kda", "fp4", 16, 32)])
-def test_copy_reads_as_products(family, read, K, V, replay_launches_run):
-    """The non-flush rows' reads of an 8- or 4-bit copy as one product of the query's and key's fp16 parts with the
-    tile before its row scales (NOTE [copy reads as products]), against the torch path's reads of the same copy,
-    through every kind of flush with padding rows: scalar (delta rule and not), per-channel and no decay, keys padded
-    (K = 20, 33), value tiles short of columns (V = 17). One fp16 part (2^-11) would miss the outputs' 1e-5."""
-    g = torch.Generator().manual_seed(K + V)
-    p = Pair(family, B=3, H=2, Hk=1, K=K, V=V, L=4, read=read, generator=g, tiling=dict(block_v=16, copy_dots=True))
-    _raw_fold_flushes(p, torch.tensor([2, -1, 0, 1], device=DEVICE), 4)
-    steps = [launch for launch in replay_launches_run if launch["T"] == 1]
-    assert {launch["COPY_DOTS"] for launch in steps if launch["ROWS"] == 2} == {True}
-    assert not any(launch["COPY_DOTS"] for launch in replay_launches_run if launch["ROWS"] != 2)
-
-
-def test_copy_reads_as_products_rule():
-    """Copy products where asked (NOTE [copy reads as products]): one-token calls on an 8- or 4-bit copy with a flush
-    launch, keys and value tiles of 16 or more; never for 16-bit copies, verifies, one launch, or unasked."""
-    from replay_compile.templates import replay
-
-    spec = replay.ReplaySpec(decay="scalar", delta=True, raw=True, layout="kv", window=16, k_heads=16,
-                             read_format="fp8", stochastic_rounding=False, seed=0)
-    dots = lambda T=1, K=128, V=128, ask=True, flush_items=None, **kw: replay.tiling(
-        dataclasses.replace(spec, **kw), K, V, 256, 64, T, flush_items=flush_items, copy_dots=ask).copy_dots
-    assert dots() and dots(decay="channel") and dots(delta=False, raw=False) and dots(read_format="fp4")
-    assert not dots(ask=False) and not dots(ask=None)
-    assert not dots(read_format="bf16") and not dots(read_format=None)
-    assert not dots(T=4) and not dots(T=0) and not dots(flush_items=0) and not dots(layout="vk")
-    assert not dots(K=8) and not dots(V=8)
-
-
-def test_raw_fold_products_rule():
-    """Products fold where asked (NOTE [raw fold as products]): raw delta records in the flushing rows' launch, keys
-    and value tiles of 16 or more, windows up to MAX_FOLD_ROWS (16 under per-channel decay), in rows of a power of
-    two >= 16; never without a read copy, in one launch, or unasked."""
-    from replay_compile.templates import replay
-
-    spec = replay.ReplaySpec(decay="scalar", delta=True, raw=True, layout="kv", window=20, k_heads=16,
-                             read_format="fp8", stochastic_rounding=False, seed=0)
-    rows = lambda T=1, K=128, ask=True, **kw: replay.tiling(dataclasses.replace(spec, **kw), K, 128, 256, 64, T,
-                                                            fold_products=ask).fold_rows
-    assert rows() == 32 and rows(window=5) == 16 and rows(window=64) == 64 and rows(window=65) == 0
-    assert rows(decay="channel", window=16) == 16 and rows(decay="channel") == 0 and rows(decay="none") == 32
-    assert rows(raw=False, read_format=None) == 0 and rows(T=4) == 0 and rows(K=8) == 0 and rows(ask=None) == 0
 
 
 def test_flush_launch_rule(replay_launches):

@@ -5,7 +5,9 @@
 # (BENCHMARKS.md, 2026-12-07: the fan-out patch dropped, prefold found Mamba-2's key-contiguous chunks), keychunk in
 # the thirty-second (passed: the patch landed), nfcap and flushwl in the thirty-third (a cap of 96 landed; the work
 # list lost), nfcheck there too (tests passed; 4 warps lost); they stay to repeat after a change to these kernels.
-# items, unroll, products, fanx and fanxtests have not run (fanx's fan-outs are the flush launch's forerunners: time them only beside it).
+# Parts products and copydots ran on an H200 in the thirty-fourth session, lost, and left with their patches
+# (benchmarks/experiments/2026-12-07_raw_fold_as_products.patch, ..._copy_reads_as_products.patch).
+# items, unroll, fanx and fanxtests have not run (fanx's fan-outs are the flush launch's forerunners: time them only beside it).
 #   tests   the fp32-activation verify tests (the default table's fp32 entries rest on them), and the
 #           chunked verify's GDN / KDA tilings timed below (TESTS=copies: the read-copy tests instead, TESTS=all: both)
 #   gdn     GDN verify tilings around the default (T = 8 stood at 1.36x one standard step on an H100; asked <= 1.3x)
@@ -47,24 +49,14 @@
 #            dequantisation; in the flush launch it no longer does. sm_90, L = 16, flushing rows' launch at 1 / 2 / 4 /
 #            8: GDN fp8 166 / 168 / 168 / 168 registers, 0 spilled; GDN 4-bit 16 / 8 / 32 / 8 bytes spilled; KDA fp8
 #            0 / 12 / 32 / 80). Where one wins, make it the default and run PARTS=nfcheck (its tests) on it
-#   products the flushing rows' raw delta fold as products (NOTE [raw fold as products], opt-in): its GPU tests and
-#            the flush launch's, then GDN's and KDA's read-copy steps at L = 16 with it, tf32x3 or ieee products,
-#            beside the record loop, on the default 2 warps (sm_90: GDN 516 bytes spilled, KDA 2244) and with the
-#            flushing rows' launch alone on 4 or 8 warps, uncapped (GDN 0 / 72 bytes, KDA 0 / 8)
-#   copydots the non-flush rows' reads of 8- and 4-bit copies as tensor-core products (NOTE [copy reads as
-#            products], opt-in `copy_dots`): their GPU tests, then GDN's and KDA's fp8 / 4-bit steps at L = 8, 16 with
-#            and without (sm_90, L = 16, non-flush launch, bytes spilled and SASS instructions without -> with: GDN fp8
-#            0 / 1672 -> 0 / 1648 (16 HMMA a pair), 4-bit 0 / 2088 -> 0 / 2288, KDA fp8 0 / 3048 -> 0 / 3136, 4-bit
-#            24 / 3520 -> 28 / 3752), and with the non-flush loop pipelined over 2 stages (the tile now feeds a
-#            tl.dot: its loads may go to shared memory ahead; 8 pairs a program)
 #   keychunk the GPU tests of Mamba-2's default verify on key-contiguous states in chunks of 32 keys (NOTE
 #           [key-contiguous chunks]) and of the default verify's table (20 s on an H100, 2026-12-07)
-# Usage: [FAN_WINDOWS=8] [PARTS="tests gdn kda copies spec fan fantests items prefold spec16 keychunk nfcap nfcheck unroll products copydots flushwl fanx fanxtests"] [TESTS=verify|copies|all] bash benchmarks/gpu/verify_next.sh [commit]
+# Usage: [FAN_WINDOWS=8] [PARTS="tests gdn kda copies spec fan fantests items prefold spec16 keychunk nfcap nfcheck unroll flushwl fanx fanxtests"] [TESTS=verify|copies|all] bash benchmarks/gpu/verify_next.sh [commit]
 # (writes under $OUT; ~15 min with every part: call it in two parts)
 set -u
 source "$(dirname "$0")/part.sh"
 gpu_setup verify_next_log.txt "${1:-}"
-PARTS=${PARTS:-"unroll products"}  # ~560 s together on a cold machine: PARTS=products alone if time is short
+PARTS=${PARTS:-"unroll"}
 has() { [[ " $PARTS " == *" $1 "* ]]; }
 COPY_TESTS="read_copies_and_rounding_gpu or two_row_loops_short_last_program_gpu or e2m1 or e4m3"
 VERIFY_TESTS="chunked_verify_gpu_fp32_activations or (chunked_verify_gpu and (gdn or kda))"
@@ -106,19 +98,6 @@ has nfcheck && TAIL=12 part flush_warps 80 python3 benchmarks/tune_replay.py $KV
   --warps 4 --maxnreg 0,128 --nonflush-warps 2 --nonflush-maxnreg 96 --out "$OUT/flush_warps.json"
 has unroll && TAIL=36 part unroll 200 python3 benchmarks/tune_replay.py $KV_SHAPES --read fp8,fp4 --window 8,16 \
   --fold-unroll 0,2,4,8 --out "$OUT/flush_unroll.json"
-has products && TAIL=4 part products_tests 200 python3 -m pytest -m gpu tests/test_kernels.py -q -p no:cacheprovider \
-  --tb=short -k "raw_fold_as_products_gpu or flush_launch_gpu"
-PRODUCTS="$KV_SHAPES --read fp8,fp4 --window 16 --fold-dot tf32x3,ieee"
-has products && TAIL=16 part products 90 python3 benchmarks/tune_replay.py $PRODUCTS --fold-products 0,1 \
-  --out "$OUT/fold_products.json"
-has products && TAIL=20 part products_warps 120 python3 benchmarks/tune_replay.py $PRODUCTS --fold-products 1 \
-  --warps 4,8 --nonflush-warps 2 --nonflush-maxnreg 96 --out "$OUT/fold_products_warps.json"
-has copydots && TAIL=4 part copydots_tests 200 python3 -m pytest -m gpu tests/test_kernels.py -q -p no:cacheprovider \
-  --tb=short -k "copy_reads_as_products_gpu or read_copies_and_rounding_gpu"
-has copydots && TAIL=20 part copydots 150 python3 benchmarks/tune_replay.py $KV_SHAPES --read fp8,fp4 --window 8,16 \
-  --copy-dots 0,1 --out "$OUT/copy_dots.json"
-has copydots && TAIL=12 part copydots_stages 90 python3 benchmarks/tune_replay.py $KV_SHAPES --read fp8,fp4 --window 16 \
-  --copy-dots 1 --stages 2 --out "$OUT/copy_dots_stages.json"
 has flushwl && fan_tests flushwl_tests $X/2026-12-07_flush_work_list.patch
 has flushwl && TESTS= BOX=240 TUNE="$FAN_TUNE --flush-items 0,1" bash "$(dirname "$0")/variants.sh" \
   $X/2026-12-07_flush_work_list.patch

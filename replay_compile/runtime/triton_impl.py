@@ -61,8 +61,7 @@ def advance_into(rs, x: Canonical, slots, out: torch.Tensor, *, commit: bool, fo
                  max_registers: Optional[int] = None, items: Optional[int] = None,
                  fold_unroll: Optional[int] = None, nonflush_stages: Optional[int] = None,
                  flush_items: Optional[int] = None, nonflush_registers: Optional[int] = None,
-                 nonflush_warps: Optional[int] = None, fold_products: Optional[bool] = None,
-                 fold_dot: str = "tf32x3", copy_dots: Optional[bool] = None,
+                 nonflush_warps: Optional[int] = None,
                  chunked: Optional[bool] = None,
                  verify_tiling: Optional[dict] = None) -> torch.Tensor:
     """:func:`advance` writing into ``out [B, T, Hv, V]`` (contiguous, compute dtype); the keywords override
@@ -83,8 +82,7 @@ def advance_into(rs, x: Canonical, slots, out: torch.Tensor, *, commit: bool, fo
     replay.launch(_buffers(rs), spec, x, _slots(slots), out, commit=commit, force_flush=force_flush,
                   materialize=False, block_v=block_v, num_warps=num_warps, max_registers=max_registers,
                   items=items, fold_unroll=fold_unroll, nonflush_stages=nonflush_stages, flush_items=flush_items,
-                  nonflush_registers=nonflush_registers, nonflush_warps=nonflush_warps,
-                  fold_products=fold_products, fold_dot=fold_dot, copy_dots=copy_dots)
+                  nonflush_registers=nonflush_registers, nonflush_warps=nonflush_warps)
     return out
 
 

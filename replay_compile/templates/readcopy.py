@@ -136,19 +136,20 @@ def _fp4_key_major_blocks(head_off, offs_v, K: tl.constexpr, V: tl.constexpr, BK
 
 
 @triton.jit
-def _load_fp4_key_major(data, column_scale, block_scale, head_off, offs_k, offs_v,
+def _load_fp4_key_major(data, row_scale, block_scale, head_off, offs_k, offs_v, mask_kv,
                         K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr):
-    """``[BK, BV]`` values of a key-major 4-bit copy's tile times ``column_scale [BV]``: bytes ``[KP, ceil(V / 2)]``
-    per head (low nibble = even value), loaded 2 a thread so that the unpacked tile takes the fp32 checkpoint tile's
-    layout (4 values a thread, as ``_data_offsets``), times block scales ``[KP / 16, V]`` broadcast over their 16
-    keys. Lanes outside the state are undefined (no fp8 ``other``): callers zero them."""
+    """Dequantized ``[BK, BV]`` tile of a key-major 4-bit copy: bytes ``[KP, ceil(V / 2)]`` per head (low nibble =
+    even value), loaded 2 a thread so that the unpacked tile takes the fp32 checkpoint tile's layout (4 values a
+    thread, as ``_data_offsets``), times block scales ``[KP / 16, V]`` broadcast over their 16 keys. Lanes outside
+    the state are undefined (no fp8 ``other``): ``load_read_tile`` zeroes them."""
     byte_off, cols_in = _fp4_key_major_bytes(head_off, offs_k, offs_v, K, V, BV)
     byte = tl.load(data + tl.max_contiguous(byte_off, [1, 2]), mask=(offs_k < K)[:, None] & cols_in,
                    other=0).to(tl.int32)
     code = tl.reshape(tl.join(byte & 0xF, byte >> 4), (BK, BV))
     blk_off, blk_in = _fp4_key_major_blocks(head_off, offs_v, K, V, BK)
     b = tl.load(block_scale + blk_off, mask=blk_in).to(tl.float32)
-    scale = b * (column_scale * 16384.0)[None, :]  # NOTE [e2m1 as fp16 bits]
+    s = tl.load(row_scale + head_off * V + offs_v, mask=offs_v < V, other=1.0)
+    scale = b * (s * 16384.0)[None, :]  # NOTE [e2m1 as fp16 bits]
     return tl.reshape(tl.reshape(_e2m1_value_over_2p14(code), (BK // 16, 16, BV)) * scale[:, None, :], (BK, BV))
 
 
@@ -183,8 +184,7 @@ def load_read_tile(data, row_scale, block_scale, head_off, offs_k, offs_v, mask_
     """
     vmask = offs_v < V
     if (READ == 3) & KEY_MAJOR:
-        s = tl.load(row_scale + head_off * V + offs_v, mask=vmask, other=1.0)
-        x = _load_fp4_key_major(data, s, block_scale, head_off, offs_k, offs_v, K, V, BK, BV)
+        x = _load_fp4_key_major(data, row_scale, block_scale, head_off, offs_k, offs_v, mask_kv, K, V, BK, BV)
     elif READ == 3:
         KP: tl.constexpr = (K + 15) // 16 * 16
         half = tl.arange(0, BK // 2)
@@ -204,21 +204,6 @@ def load_read_tile(data, row_scale, block_scale, head_off, offs_k, offs_v, mask_
         if READ == 2:
             x = x * tl.load(row_scale + head_off * V + offs_v, mask=vmask, other=1.0)[None, :]
     return tl.where(mask_kv, x, 0.0).to(CD)  # masked lanes of fp8 loads are undefined (no fp8 "other")
-
-
-@triton.jit
-def load_unscaled_tile(data, block_scale, head_off, offs_k, offs_v, mask_kv, K: tl.constexpr, V: tl.constexpr,
-                       BK: tl.constexpr, BV: tl.constexpr, READ: tl.constexpr, KEY_MAJOR: tl.constexpr):
-    """``[BK, BV]`` fp16 tile of an fp8 or key-major 4-bit copy before its row scales, exactly, 0 outside the state:
-    e4m3 codes (every e4m3 value, subnormals included, is an fp16 normal), or e2m1 codes times their e4m3 block
-    scales (at least ``2^-10``, at most ``6 * 448``, and 6 significant bits: fp16 normals too)."""
-    tl.static_assert((READ == 2) | ((READ == 3) & KEY_MAJOR), "fp8 or key-major 4-bit copies")
-    if READ == 2:
-        x = tl.load(data + _data_offsets(head_off, offs_k, offs_v, K, V, KEY_MAJOR), mask=mask_kv).to(tl.float16)
-    else:
-        x = _load_fp4_key_major(data, tl.full([BV], 1.0, tl.float32), block_scale, head_off, offs_k, offs_v,
-                                K, V, BK, BV).to(tl.float16)
-    return tl.where(mask_kv, x, 0.0)  # masked lanes of fp8 loads are undefined
 
 
 @triton.jit

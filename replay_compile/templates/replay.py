@@ -127,50 +127,6 @@ non-flush launch on 4 warps (``nonflush_warps``; 32 resident warps an SM at 64 r
 35-52% slower at every cap, each key reduction then crossing 4 warps through shared memory; so did the flushing
 rows' launch on 4 warps (GDN fp8 392.1 -> 399.2 us, 4-bit 429.5 -> 451.8 at 128 registers).
 
-# NOTE [raw fold as products]
-With a read copy, a delta-rule flush replays its raw records from the exact checkpoint (``_fold_raw``): each record
-reduces the tile against its key and waits for the last record's rank-1 update, a chain of ``L`` cross-thread
-reductions that sets the flushing rows' time (H100, L = 16: the flushing rows add ~108 us to GDN fp8's 284 us
-non-flush step, ~74 us to KDA's 168). The same recurrence solves in products of small matrices, the chunked
-verify's algebra (NOTE [chunked verify algebra] in ``verify.py``) with the records as the tokens: for records ``i``
-with keys ``K [R, BK]``, values ``V [R, BV]``, ``beta``, ``P_i`` the decay of records ``0..i`` and ``E[i, s]`` that
-of records ``s < r <= i``::
-
-    A = beta * E * (K K^T), strictly lower      U = (I + A)^-1 (beta * (V - P * (K S)))
-    S' = P_all S + (W * K)^T U                  W[s]: the decay of the records after s
-
-Under per-channel decay ``P``, ``E`` and ``W`` are per key channel: ``P`` and ``W`` scale the keys, and ``E`` enters
-the key dots as an ``[R, R, 16]`` factor per chunk of keys (the chunked verify's ``_chunk_decays``). ``(I + A)^-1``
-by forward substitution: still a chain over the records, but of ``[R, R]`` rows, not of tile reductions (the
-product form ``(I - A)(I + A^2)(I + A^4)...`` has no chain but lost up to 7e-6 of the inverse in fp32 with
-correlated keys, numpy, R = 16, against 6e-8; 5.3e-6 of the checkpoint in ``test_raw_fold_as_products_alike_keys``).
-``R`` is the window rounded up to a power of two and at least 16 (the tensor cores' least dim; padding records are
-zero). The products over keys (``K K^T``, ``K S``) run 16 keys at a time with the tile's chunk read from the
-checkpoint (the flushing rows' tile is the checkpoint's; a row that folds before and after its token stores the
-first fold there): operands of all 128 keys held in registers spilled 4244 bytes. Opt-in (``fold_products``,
-``fold_dot`` the products' input precision: ``tf32x3`` about fp32's accuracy, ``ieee`` FMA loops), only in the
-flushing rows' launch, only with value tiles and keys of 16 or more, windows up to ``MAX_FOLD_ROWS`` (16 under
-per-channel decay, whose ``[R, R, 16]`` factor grows with the square of the window) and fp32
-checkpoints (a 16-bit one would round the tile between a pre and a post fold). Not timed yet. sm_90
-(``sm90_report.py ... --fold-products``), L = 16, flushing rows' launch, bytes spilled on 2 / 4 / 8 warps: GDN fp8
-516 / 0 / 72; KDA fp8 2244 / 0 / 8; the record loop spills none on 2 warps.
-
-# NOTE [copy reads as products]
-A non-flush row of a one-token call needs only ``base^T q`` and ``base^T k`` (delta rule) of its read copy's tile.
-Done as reductions (``_dots2``), each element of an fp8 tile costs a conversion, a scale and two multiply-adds, and
-the key reductions cross the warps of ``kv`` tiles through shared memory: the fp8 steps ran issue-bound at a
-fraction of the bytes' bandwidth (Nsight, 2026-12-04). A copy's tile before its row scales is exact in fp16 (e4m3
-codes; e2m1 codes times their e4m3 block scales, ``readcopy.load_unscaled_tile``), so one ``tl.dot`` of an
-``[16, BK]`` fp16 operand with the ``[BK, BV]`` tile gives both on the tensor cores, the row scales after it
-(``_copy_dots``). The operand holds the query and key divided by their largest magnitude ``m`` (fp16's range), each
-as fp16 high and low parts (rows 0-1 and 2-3): their sum keeps ~22 bits, where the fifteenth session's one fp16
-part (2^-11) missed the copies' test bound (2.0e-4 against 1e-5). Built once a program (``_copy_operand``): the
-query and key are the key group's (the scalar decay multiplies the results), or, under per-channel decay, the
-unit's value head's, times its decay ``G``. That trial put the products in the one launch beside the fold, where
-they lost in every cell (GDN fp8 step 604.5 -> 681.0 us, more spills); the non-flush rows' launch (NOTE [flush
-launch]) now carries no fold. Opt-in (``copy_dots``), fp8 and 4-bit copies, one-token calls with a flush launch,
-tiles of 16 or more keys and values. Not timed yet.
-
 # NOTE [window weights without differences]
 The decay from record ``i`` to position ``p`` is ``exp(sum_{i<j<=p} log_a_j)``: a reverse cumulative
 sum of the log-decays shifted by one position (gathered a second time at ``j + 1``), never a difference
@@ -189,7 +145,7 @@ import triton.language as tl
 
 from ..families.base import Canonical
 from .cursors import commit_kernel, finalize_row, load_row, row_phase
-from .readcopy import READ_CODES, key_major, load_read_tile, load_unscaled_tile, store_read_tile
+from .readcopy import READ_CODES, key_major, load_read_tile, store_read_tile
 from .sround import SR_FORMATS, slot_seed, stochastic_round
 
 @triton.jit
@@ -207,8 +163,7 @@ def _ring1(ring_row, stride, j, n, CD: tl.constexpr):
 
 @triton.jit
 def _record(ring_row, x_row, stride, i, n_ring, n_total, offs, mask, CD: tl.constexpr):
-    """Record ``i`` of a window: ring position ``i`` below ``n_ring``, input token ``i - n_ring`` below ``n_total``, else 0.
-    ``i`` may be positions (``[R]``, or ``[R, 1]`` beside ``offs [1, C]``): those records at once."""
+    """Record ``i`` of a window: ring position ``i`` below ``n_ring``, input token ``i - n_ring`` below ``n_total``, else 0."""
     ring = i < n_ring
     new = (i >= n_ring) & (i < n_total)
     r = tl.load(ring_row + i * stride + offs, mask=mask & ring, other=0.0)
@@ -297,89 +252,12 @@ def _fold_raw(S, rk, rla, rv, rbeta, xk, xla, xv, xbeta, n_ring, n_new, offs_k, 
 
 
 @triton.jit
-def _unit_lower_inverse(A, tt, T: tl.constexpr):
-    """``(I + A)^-1`` for strictly lower-triangular ``A [BT, BT]``, by forward substitution over its ``T`` rows
-    (a product form, ``(I - A)(I + A^2)(I + A^4)...``, loses ~1e-5 of the result in fp32 where keys are alike)."""
-    eye = (tt[:, None] == tt[None, :]).to(A.dtype)
-    X = eye
-    for i in tl.static_range(1, T):
-        a_i = tl.sum(tl.where((tt == i)[:, None], A, 0.0), 0)  # row i of A
-        row = tl.sum(a_i[:, None] * X, 0)  # sum_s A[i, s] X[s, :]
-        X = tl.where((tt == i)[:, None], X - row[None, :], X)
-    return X
-
-
-@triton.jit
-def _fold_raw_products(S, s_vt, stride_sk, stride_sv, rk, rla, rv, rbeta, xk, xla, xv, xbeta, n_ring, n_new, offs_k,
-                       mask_k, offs_v, mask_v, K: tl.constexpr, BK: tl.constexpr, KS: tl.constexpr,
-                       LS: tl.constexpr, US: tl.constexpr, BS: tl.constexpr, BR: tl.constexpr, DECAY: tl.constexpr,
-                       CD: tl.constexpr, DOT: tl.constexpr):
-    """:func:`_fold_raw` as products of small matrices (NOTE [raw fold as products]) over ``BR`` rows of records
-    (a power of two, at least the window and 16), those past ``n_ring + n_new`` zero. ``S`` is the tile that the
-    checkpoint holds (its first column at ``s_vt``): the products over keys read it there, ``KC`` keys at a time, so
-    that neither the tile nor the keys enter a product over all keys (the last product's keys are its rows).
-    """
-    n_total = n_ring + n_new
-    jj = tl.arange(0, BR)
-    live = jj < n_total
-    later = jj[:, None] > jj[None, :]  # [i, s]: s < i
-    KC: tl.constexpr = 16 if BK > 16 else BK
-    kc = tl.arange(0, KC)
-    KK = tl.zeros([BR, BR], CD)  # k_i . k_s, under per-channel decay with E inside
-    reads = tl.zeros([BR, offs_v.shape[0]], CD)  # S read by the records' keys, under per-channel decay with P inside
-    for c0 in tl.static_range(0, BK, KC):
-        mc = (c0 + kc) < K
-        Kc = _record(rk + c0, xk + c0, KS, jj[:, None], n_ring, n_total, kc[None, :], mc[None, :], CD)  # [BR, KC]
-        Sc = tl.load(s_vt + (c0 + kc)[:, None] * stride_sk + offs_v[None, :] * stride_sv,
-                     mask=mc[:, None] & mask_v[None, :], other=0.0).to(CD)  # [KC, BV]
-        if DECAY == 2:
-            LAc = _record(rla + c0, xla + c0, LS, jj[:, None], n_ring, n_total, kc[None, :], mc[None, :], CD)
-            E3 = tl.exp(tl.cumsum(tl.where(later[:, :, None], LAc[:, None, :], 0.0), 0))  # [i, s, c]: s < r <= i
-            KK += tl.sum(Kc[:, None, :] * Kc[None, :, :] * E3, 2)
-            reads = tl.dot(Kc * tl.exp(tl.cumsum(LAc, 0)), Sc, reads, input_precision=DOT)  # records 0..i
-        else:
-            KK = tl.dot(Kc, tl.trans(Kc), KK, input_precision=DOT)
-            reads = tl.dot(Kc, Sc, reads, input_precision=DOT)
-    Vr = _record(rv, xv, US, jj[:, None], n_ring, n_total, offs_v[None, :], mask_v[None, :], CD)  # [BR, BV]
-    beta = _record(rbeta, xbeta, BS, jj, n_ring, n_total, 0, True, CD)
-    Kr = _record(rk, xk, KS, jj[:, None], n_ring, n_total, offs_k[None, :], mask_k[None, :], CD)  # [BR, BK]
-    if DECAY == 2:
-        A = tl.where(later, beta[:, None] * KK, 0.0)
-        rhs = beta[:, None] * (Vr - reads)
-        after = _record(rla, xla, LS, (jj + 1)[:, None], n_ring, n_total, offs_k[None, :], mask_k[None, :], CD)
-        W = tl.exp(tl.cumsum(after, 0, reverse=True))
-        first = tl.exp(_log_decay(rla, xla, 0, n_ring, n_total, LS, offs_k, mask_k, DECAY, CD))
-        Kw = Kr * W  # W[s, c]: the records after s
-        S = S * (first * tl.sum(tl.where((jj == 0)[:, None], W, 0.0), 0))[:, None]  # all records' decay
-    else:
-        la = tl.zeros([BR], CD)
-        if DECAY == 1:
-            la = _log_decay(rla, xla, jj, n_ring, n_total, LS, offs_k, mask_k, DECAY, CD)
-        P = tl.exp(tl.sum(tl.where(later | (jj[:, None] == jj[None, :]), la[None, :], 0.0), 1))  # records 0..i
-        E = tl.exp(tl.cumsum(tl.where(later, la[:, None], 0.0), 0))  # E[i, s]: records s < r <= i (s < i)
-        A = tl.where(later, beta[:, None] * E * KK, 0.0)
-        rhs = beta[:, None] * (Vr - P[:, None] * reads)
-        Kw = Kr * tl.exp(tl.sum(tl.where(later, la[:, None], 0.0), 0))[:, None]  # the records after s
-        S = S * tl.exp(tl.sum(la, 0))
-    U = tl.dot(_unit_lower_inverse(A, jj, BR), tl.where(live[:, None], rhs, 0.0), input_precision=DOT)
-    return tl.dot(tl.trans(Kw), U, S, input_precision=DOT)
-
-
-@triton.jit
-def _fold_window(S, s_vt, stride_sk, stride_sv, rk, rla, ru, rv, rbeta, xk, xla, xv, xbeta, n_ring, n_new, offs_k,
-                 mask_k, offs_v, mask_v, K: tl.constexpr, BK: tl.constexpr, KS: tl.constexpr, LS: tl.constexpr,
-                 US: tl.constexpr, HV: tl.constexpr, L: tl.constexpr, BL: tl.constexpr, DECAY: tl.constexpr,
-                 RAW: tl.constexpr, CD: tl.constexpr, UNROLL: tl.constexpr, FOLD_ROWS: tl.constexpr,
-                 FOLD_DOT: tl.constexpr):
+def _fold_window(S, rk, rla, ru, rv, rbeta, xk, xla, xv, xbeta, n_ring, n_new, offs_k, mask_k, offs_v, mask_v,
+                 KS: tl.constexpr, LS: tl.constexpr, US: tl.constexpr, HV: tl.constexpr, L: tl.constexpr,
+                 BL: tl.constexpr, DECAY: tl.constexpr, RAW: tl.constexpr, CD: tl.constexpr, UNROLL: tl.constexpr):
     """The tile after the window's records: ``n_ring`` from the ring, then ``n_new`` of this call's inputs
-    (:func:`_fold`; raw delta records replay the recurrence, :func:`_fold_raw`, or with ``FOLD_ROWS`` > 0 solve
-    it in products, :func:`_fold_raw_products`, which reads ``S`` from the checkpoint, its first column at
-    ``s_vt``)."""
-    if RAW and (FOLD_ROWS > 0):
-        S = _fold_raw_products(S, s_vt, stride_sk, stride_sv, rk, rla, rv, rbeta, xk, xla, xv, xbeta, n_ring,
-                               n_new, offs_k, mask_k, offs_v, mask_v, K, BK, KS, LS, US, HV, FOLD_ROWS, DECAY, CD,
-                               FOLD_DOT)
-    elif RAW:
+    (:func:`_fold`; raw delta records replay the recurrence, :func:`_fold_raw`)."""
+    if RAW:
         S = _fold_raw(S, rk, rla, rv, rbeta, xk, xla, xv, xbeta, n_ring, n_new, offs_k, mask_k, offs_v, mask_v,
                       KS, LS, US, HV, L, DECAY, CD, UNROLL)
     else:
@@ -437,61 +315,6 @@ def _add_pairs(a0, a1, b0, b1):
 def _dots2(M, x, y):
     """``(M^T x, M^T y)`` for ``M [N, BV]``, ``x, y [N]``: one reduction over ``N`` for both (NOTE [paired reductions])."""
     return tl.reduce((M * x[:, None], M * y[:, None]), 0, _add_pairs)
-
-
-@triton.jit
-def _split_rows(x, m, row: tl.constexpr, R):
-    """``R [16, BK]`` with rows ``row, row + 1`` set to ``x / m`` in fp16 high and low parts (the rest of ``R`` kept):
-    their sum carries ~22 bits of ``x / m`` (NOTE [copy reads as products])."""
-    y = x / m
-    hi = y.to(tl.float16).to(tl.float32)
-    r = tl.arange(0, 16)[:, None]
-    R = tl.where(r == row, hi[None, :], R)
-    return tl.where(r == row + 1, (y - hi)[None, :], R)
-
-
-@triton.jit
-def _copy_operand(xq, xk, GC, offs_k, mask_k, BK: tl.constexpr, DECAY: tl.constexpr, DELTA: tl.constexpr):
-    """``(X [16, BK] fp16, m)``: a one-token call's query (rows 0, 1) and key (rows 2, 3, delta rule) for the read
-    copy's products (NOTE [copy reads as products]), times ``GC`` under per-channel decay, divided by ``m``, their
-    largest magnitude, and split into fp16 high and low parts. Once per program."""
-    q = tl.load(xq + offs_k, mask=mask_k, other=0.0).to(tl.float32)
-    k = tl.load(xk + offs_k, mask=mask_k, other=0.0).to(tl.float32)
-    if DECAY == 2:
-        q = q * GC
-        k = k * GC
-    m = tl.max(tl.abs(q), 0)
-    if DELTA:
-        m = tl.maximum(m, tl.max(tl.abs(k), 0))
-    m = tl.where((m > 0) & (m < float("inf")), m, 1.0)  # non-finite inputs are flagged by _key_dots
-    X = _split_rows(q, m, 0, tl.zeros([16, BK], tl.float32))
-    if DELTA:
-        X = _split_rows(k, m, 2, X)
-    return X.to(tl.float16), m
-
-
-@triton.jit
-def _copy_dots(read_data, read_row_scale, read_block_scale, head, offs_k, offs_v, mask_kv, X, m,
-               K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, READ: tl.constexpr,
-               KEY_MAJOR: tl.constexpr):
-    """``(c^T q, c^T k)`` ``[BV]`` of the read copy's tile ``c`` from one ``tl.dot`` of ``X [16, BK]``
-    (:func:`_copy_operand`) with the tile before its row scales (exact in fp16), the row scales and ``m`` after it."""
-    tile = load_unscaled_tile(read_data, read_block_scale, head, offs_k, offs_v, mask_kv, K, V, BK, BV, READ, KEY_MAJOR)
-    P = tl.dot(X, tile, out_dtype=tl.float32)  # [16, BV]
-    s = tl.load(read_row_scale + head * V + offs_v, mask=offs_v < V, other=1.0) * m
-    r = tl.arange(0, 16)[:, None]
-    return tl.sum(tl.where(r < 2, P, 0.0), 0) * s, tl.sum(tl.where((r >= 2) & (r < 4), P, 0.0), 0) * s
-
-
-@triton.jit
-def _scaled_copy_dots(CQ, CK, G, DECAY: tl.constexpr):
-    """:func:`_copy_dots`' results times the token's decay ``G``: a scalar (1 without decay); a per-channel ``G``
-    is inside their operand already."""
-    if DECAY == 2:
-        bq, bk = CQ, CK
-    else:
-        bq, bk = CQ * G, CK * G
-    return bq, bk
 
 
 @triton.jit
@@ -557,10 +380,9 @@ def _channel_dots(rk, rla, xq, xk, xla, count0, j, tt, offs_k, mask_k, bad,
 
 @triton.jit
 def _tile_tokens(base, U, DQ, DK, KQ, GC, rla, xq, xk, xv, xla, xbeta, o_ptr, ru, rv, count0, j, tt,
-                 offs_k, mask_k, cols_v, mask_v, live, bad, CQ, CK,
+                 offs_k, mask_k, cols_v, mask_v, live, bad,
                  KS: tl.constexpr, US: tl.constexpr, LS: tl.constexpr, HV: tl.constexpr, V: tl.constexpr,
-                 T: tl.constexpr, DECAY: tl.constexpr, DELTA: tl.constexpr, RAW: tl.constexpr, CD: tl.constexpr,
-                 COPY_DOTS: tl.constexpr):
+                 T: tl.constexpr, DECAY: tl.constexpr, DELTA: tl.constexpr, RAW: tl.constexpr, CD: tl.constexpr):
     """The ``T`` outputs of one (head, value tile) from its base tile and window updates ``U [BL, BV]``.
 
     Writes each token's output and its update record ``u`` (and raw ``v``); returns ``bad``. Per-head
@@ -568,9 +390,7 @@ def _tile_tokens(base, U, DQ, DK, KQ, GC, rla, xq, xk, xv, xla, xbeta, o_ptr, ru
     differences]); with per-channel decay the weights are inside ``DQ`` already, so ``W`` only marks the
     positions written so far, and ``G [BK]`` starts from ``GC`` (:func:`_channel_dots`). ``base^T x`` is one
     reduction of the tile per token: one fp32 ``tl.dot`` for all tokens (tried on 2026-12-02) made verify
-    1.5-2.5x slower on the H200 (8 warps to fit its registers, and the tile through shared memory). With
-    ``COPY_DOTS`` (one-token calls) ``CQ, CK [BV]`` are the read copy's ``base^T q`` and ``base^T k`` before the
-    scalar decay (:func:`_copy_dots`), and ``base`` is not read.
+    1.5-2.5x slower on the H200 (8 warps to fit its registers, and the tile through shared memory).
     """
     G = 1.0
     W = tl.where(j < count0, 1.0, 0.0).to(CD)
@@ -602,10 +422,7 @@ def _tile_tokens(base, U, DQ, DK, KQ, GC, rla, xq, xk, xv, xla, xbeta, o_ptr, ru
             bad = bad | _nonfinite(beta_t)
             ck = _get_row(DK, tt, t) * W
             if T == 1:  # NOTE [paired reductions]
-                if COPY_DOTS:  # NOTE [copy reads as products]
-                    bq, bk = _scaled_copy_dots(CQ, CK, G, DECAY)
-                else:
-                    bq, bk = _dots2(base, xq_t, xk_t)
+                bq, bk = _dots2(base, xq_t, xk_t)
                 wq, wk = _dots2(U, cq, ck)
                 u_t = beta_t * (v_t - bk - wk)
             else:
@@ -615,8 +432,6 @@ def _tile_tokens(base, U, DQ, DK, KQ, GC, rla, xq, xk, xv, xla, xbeta, o_ptr, ru
         U = tl.where((j == p)[:, None], u_t[None, :], U)
         if DELTA and T == 1:  # the window's sum was taken before u_t joined it: add the token's own record
             o_t = bq + wq + tl.sum(tl.where(tt == t, KQ, 0.0)) * u_t
-        elif COPY_DOTS:
-            o_t = _scaled_copy_dots(CQ, CQ, G, DECAY)[0] + tl.sum(cq[:, None] * U, 0)
         else:
             o_t = _tile_dot(base, xq_t) + tl.sum(cq[:, None] * U, 0)
         tl.store(o_ptr + t * HV * V + cols_v, tl.where(live, o_t, 0.0), mask=mask_v)
@@ -678,7 +493,7 @@ def replay_kernel(
     COMMIT: tl.constexpr, FORCE: tl.constexpr, MATERIALIZE: tl.constexpr, HAS_SLOTS: tl.constexpr,
     SR: tl.constexpr, SR_MANT: tl.constexpr, SR_EMIN: tl.constexpr, CD: tl.constexpr,
     BHV: tl.constexpr, BHK: tl.constexpr, FOLD_UNROLL: tl.constexpr, SPLIT: tl.constexpr,
-    STAGES: tl.constexpr, ROWS: tl.constexpr, FOLD_ROWS: tl.constexpr, FOLD_DOT: tl.constexpr, COPY_DOTS: tl.constexpr,
+    STAGES: tl.constexpr, ROWS: tl.constexpr,
 ):
     """Row ``b``, ``unit`` (a key group; a value head under per-channel decay), pairs ``[part * ITEMS,
     (part + 1) * ITEMS)`` of the unit's (value head, value tile) pairs, of a replay call over ``T`` tokens.
@@ -734,9 +549,6 @@ def replay_kernel(
         DQ, DK, bad = _key_dots(rk, xq, xk, count0, j, tt, offs_k, mask_k, bad, KS, T, BT, BL, DELTA, CD)
         GC = 1.0  # unused: scalar and no decay keep their window decay per head (in _tile_tokens)
     KQ = tl.sum(tl.where(j[None, :] == count0 + tt[:, None], DQ, 0.0), 1)  # k_p . q_t: a token's own record
-    X, m = 0.0, 1.0
-    if COPY_DOTS:  # NOTE [copy reads as products]: the non-flush rows' launch, one-token calls on an 8- or 4-bit copy
-        X, m = _copy_operand(xq, xk, GC, offs_k, mask_k, BK, DECAY, DELTA)
 
     # NOTE [two row loops]: loop 1 serves the rows that flush (every row without SPLIT), loop 0 the others
     FIRST: tl.constexpr = 1 if ROWS == 1 else 1 - SPLIT
@@ -758,7 +570,6 @@ def replay_kernel(
                     head = slot * HV + h
                     s_head = state + slot * stride_sn + h * stride_sh
                     s_tile = s_head + offs_k[:, None] * stride_sk + offs_v[None, :] * stride_sv
-                    s_vt = s_head + vt * BV * stride_sv  # the tile's first value column
                     rla = ring_la + slot * L * LS + h * LW
                     ru = ring_u + slot * L * US + h * V + vt * BV
                     rv = ring_v + slot * L * US + h * V + vt * BV
@@ -772,12 +583,7 @@ def replay_kernel(
                     # ring loads, tried on 2026-12-02, moved the Mamba-2 non-flush path from 363 to 491 us on the H200).
                     # One tile live at a time: non-flush rows read the copy, flush rows the exact tile (a plain
                     # load: a key-chunk tile would meet the copy's layout). Split flush loops hold only flush rows.
-                    CQ, CK = 0.0, 0.0
-                    if COPY_DOTS:  # the tile's reads come from its codes (NOTE [copy reads as products])
-                        base = 0.0  # not read
-                        CQ, CK = _copy_dots(read_data, read_row_scale, read_block_scale, head, offs_k, offs_v,
-                                            mask_kv, X, m, K, V, BK, BV, READ, READ_KEY_MAJOR)
-                    elif (READ > 0) & (SPLIT == 1) & (loop == 1):
+                    if (READ > 0) & (SPLIT == 1) & (loop == 1):
                         base = tl.load(s_tile, mask=mask_kv, other=0.0).to(CD)
                     elif READ > 0:
                         base = load_read_tile(read_data, read_row_scale, read_block_scale, head, offs_k, offs_v,
@@ -791,26 +597,22 @@ def replay_kernel(
 
                     if loop == 1:
                         if pre:  # fold the committed records first (their ring positions are about to be reused)
-                            base = _fold_window(base, s_vt, stride_sk, stride_sv, rk, rla, ru, rv, rbeta, xk, xla,
-                                                xv, xbeta, c, 0, offs_k, mask_k, cols_v, mask_v, K, BK, KS, LS, US, HV,
-                                                L, BL, DECAY, RAW, CD, FOLD_UNROLL, FOLD_ROWS, FOLD_DOT)
-                            if (FOLD_ROWS > 0) & post:  # the post fold's products read the tile from the checkpoint
-                                tl.debug_barrier()  # every thread has read the tile before it is overwritten
-                                tl.store(s_tile, base.to(state.dtype.element_ty), mask=mask_kv)
+                            base = _fold_window(base, rk, rla, ru, rv, rbeta, xk, xla, xv, xbeta, c, 0, offs_k, mask_k,
+                                                cols_v, mask_v, KS, LS, US, HV, L, BL, DECAY, RAW, CD, FOLD_UNROLL)
                         tl.debug_barrier()  # every old record is read before this tile's new records overwrite them
 
                     U = _ring(ru, US, j, count0, cols_v, mask_v, CD)
                     bad = _tile_tokens(base, U, DQ, DK, KQ, GC, rla, xq, xk, xv, xla, xbeta, out + (b * T * HV + h) * V
                                        + vt * BV, ru, rv, count0, j, tt, offs_k, mask_k, cols_v, mask_v, live, bad,
-                                       CQ, CK, KS, US, LS, HV, V, T, DECAY, DELTA, RAW, CD, COPY_DOTS)
+                                       KS, US, LS, HV, V, T, DECAY, DELTA, RAW, CD)
 
                     if loop == 1:
                         tl.debug_barrier()  # the new u records written above are visible to every thread of the fold
                         new = base
                         if post:  # post rows read the exact checkpoint: base is exact
-                            new = _fold_window(base, s_vt, stride_sk, stride_sv, rk, rla, ru, rv, rbeta, xk, xla,
-                                               xv, xbeta, count0, T, offs_k, mask_k, cols_v, mask_v, K, BK, KS, LS, US,
-                                               HV, L, BL, DECAY, RAW, CD, FOLD_UNROLL, FOLD_ROWS, FOLD_DOT)
+                            new = _fold_window(base, rk, rla, ru, rv, rbeta, xk, xla, xv, xbeta, count0, T, offs_k,
+                                               mask_k, cols_v, mask_v, KS, LS, US, HV, L, BL, DECAY, RAW, CD,
+                                               FOLD_UNROLL)
                         if flush:
                             _store_checkpoint(new, state, s_tile, mask_kv, read_data, read_row_scale, read_block_scale,
                                               flushes, seed, slot, head, h, offs_k, offs_v, K, V, BK, BV, READ,
@@ -848,9 +650,6 @@ MAX_ITEMS = 4
 MAX_PIPELINED_ITEMS = 8
 # register cap of the non-flush rows' launch where the flushing rows have their own (NOTE [non-flush register cap])
 NONFLUSH_REGISTERS = 96
-# the longest window whose raw fold runs as products (NOTE [raw fold as products]): the substitution's chain is
-# unrolled over the window's rows
-MAX_FOLD_ROWS = 64
 
 
 @dataclasses.dataclass(frozen=True)
@@ -897,14 +696,11 @@ class Tiling(NamedTuple):
     flush_items: int  # 0: one launch; n > 0: the flushing rows first, in a launch of n pairs a program (NOTE [flush launch])
     flush_parts: int  # programs per unit of that launch
     nonflush_registers: Optional[int]  # register cap of the launch after it (NOTE [non-flush register cap])
-    fold_rows: int  # flushing rows' raw fold: 0 record by record, r > 0 in products of r rows (NOTE [raw fold as products])
-    copy_dots: bool  # the non-flush launch reads an 8- or 4-bit copy in products (NOTE [copy reads as products])
 
 
 def tiling(spec: ReplaySpec, K: int, V: int, rows: int, Hv: int, T: int, block_v: Optional[int] = None,
            items: Optional[int] = None, fold_unroll: Optional[int] = None,
-           nonflush_stages: Optional[int] = None, flush_items: Optional[int] = None,
-           fold_products: Optional[bool] = None, copy_dots: Optional[bool] = None) -> Tiling:
+           nonflush_stages: Optional[int] = None, flush_items: Optional[int] = None) -> Tiling:
     """How a call of ``T`` tokens over ``rows`` rows is cut into programs (:class:`Tiling`).
 
     Value tiles of ~4K elements, halved while the grid would leave SMs idle; every tile holds all keys,
@@ -945,18 +741,9 @@ def tiling(spec: ReplaySpec, K: int, V: int, rows: int, Hv: int, T: int, block_v
         flush_items = 1 if spec.read_format else 0
     flush_items = min(flush_items, per_unit) if nonflush_stages > 0 else 0
     nonflush_cap = NONFLUSH_REGISTERS if flush_items and cap else cap  # NOTE [non-flush register cap]
-    BL = triton.next_power_of_2(spec.window)
-    # NOTE [raw fold as products]: the flush launch's raw delta fold, on operands the tensor cores take (every dim
-    # >= 16)
-    rows = 16 if spec.decay == "channel" else MAX_FOLD_ROWS  # per-channel decay: an [R, R, 16] factor per key chunk
-    products = fold_products and spec.raw and flush_items > 0 and min(BK, BV) >= 16 and BL <= rows
-    # NOTE [copy reads as products]: one-token calls' non-flush launch on an 8- or 4-bit copy (tl.dot: dims >= 16)
-    copy_dots = (bool(copy_dots) and spec.read_format in ("fp8", "fp4") and T == 1 and flush_items > 0
-                 and min(BK, BV) >= 16)
-    return Tiling(BK, BV, BL, num_warps, cap, units, items,
+    return Tiling(BK, BV, triton.next_power_of_2(spec.window), num_warps, cap, units, items,
                   triton.cdiv(per_unit, items), fold_unroll, nonflush_stages, flush_items,
-                  triton.cdiv(per_unit, flush_items) if flush_items else 0, nonflush_cap,
-                  max(BL, 16) if products else 0, copy_dots)
+                  triton.cdiv(per_unit, flush_items) if flush_items else 0, nonflush_cap)
 
 
 def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[torch.Tensor], out: Optional[torch.Tensor],
@@ -964,15 +751,12 @@ def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[t
            num_warps: Optional[int] = None, max_registers: Optional[int] = None, items: Optional[int] = None,
            fold_unroll: Optional[int] = None, nonflush_stages: Optional[int] = None,
            flush_items: Optional[int] = None, nonflush_registers: Optional[int] = None,
-           nonflush_warps: Optional[int] = None, fold_products: Optional[bool] = None,
-           fold_dot: str = "tf32x3", copy_dots: Optional[bool] = None) -> None:
+           nonflush_warps: Optional[int] = None) -> None:
     """Run one replay call (``x`` inputs ``[B, T, ...]``; ``materialize``: ``x`` is None, no tokens).
 
     One launch of the replay kernel over ``(B, units, parts)`` (:func:`tiling`), after one over ``(B, units,
     flush_parts)`` for the flushing rows where the tiling has ``flush_items`` (NOTE [flush launch]; then
-    ``nonflush_registers`` and ``nonflush_warps`` set the second launch's register cap and warps, and
-    ``fold_products`` / ``fold_dot`` the first's raw fold, NOTE [raw fold as products], and ``copy_dots`` the
-    second's reads of an fp8 copy, NOTE [copy reads as products]); the last program of
+    ``nonflush_registers`` and ``nonflush_warps`` set the second launch's register cap and warps); the last program of
     each row moves its cursors (NOTE [the last program moves the cursors]). ``slots [B]`` (int, -1 = padding) or
     None (row b is slot b); ``out [B, T, Hv, V]`` contiguous.
     """
@@ -990,10 +774,7 @@ def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[t
     if B == 0:
         return
     cd = torch.float64 if state.dtype == torch.float64 else torch.float32
-    # products fold in fp32: a 16-bit checkpoint would round the tile between a pre and a post fold
-    fold_products = fold_products and state.dtype == torch.float32
-    tile = tiling(spec, K, V, B, Hv, T, block_v, items, fold_unroll, nonflush_stages, flush_items, fold_products,
-                  copy_dots)
+    tile = tiling(spec, K, V, B, Hv, T, block_v, items, fold_unroll, nonflush_stages, flush_items)
     num_warps = num_warps or tile.num_warps
     if not tile.flush_items:  # one launch: the non-flush rows' own settings do not apply
         nonflush_registers, nonflush_warps = None, None
@@ -1022,17 +803,13 @@ def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[t
         FORCE=force_flush, MATERIALIZE=materialize, HAS_SLOTS=slots is not None, SR=spec.stochastic_rounding,
         SR_MANT=sr_mant, SR_EMIN=sr_emin, CD=tl.float64 if cd == torch.float64 else tl.float32,
         BHV=triton.next_power_of_2(Hv), BHK=triton.next_power_of_2(spec.k_heads), FOLD_UNROLL=tile.fold_unroll,
-        SPLIT=tile.nonflush_stages > 0, STAGES=max(tile.nonflush_stages, 1),
-        FOLD_DOT=fold_dot if tile.fold_rows else "")  # no recompile for a precision that no product uses
+        SPLIT=tile.nonflush_stages > 0, STAGES=max(tile.nonflush_stages, 1))
     cap = lambda registers: dict(maxnreg=registers) if registers else {}  # NOTE [register cap]
     if tile.flush_items:  # NOTE [flush launch]: before the launch that moves the cursors
         replay_kernel[(B, tile.units, tile.flush_parts)](*args, ITEMS=tile.flush_items, ROWS=1, **constants,
-                                                         FOLD_ROWS=tile.fold_rows, COPY_DOTS=False,
-                                                         num_warps=num_warps,
-                                                         **cap(max_registers))
+                                                         num_warps=num_warps, **cap(max_registers))
     replay_kernel[(B, tile.units, tile.parts)](*args, ITEMS=tile.items, ROWS=2 if tile.flush_items else 0, **constants,
-                                               FOLD_ROWS=0, COPY_DOTS=tile.copy_dots, num_warps=nonflush_warps,
-                                               **cap(nonflush_registers))
+                                               num_warps=nonflush_warps, **cap(nonflush_registers))
 
 
 def commit(count: torch.Tensor, n_accepted: torch.Tensor, slots: Optional[torch.Tensor], window: int) -> None:

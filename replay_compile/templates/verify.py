@@ -82,7 +82,7 @@ import triton
 import triton.language as tl
 
 from .cursors import finalize_row, load_row, row_phase
-from .replay import _any_nonfinite, _get_row, _ring, _ring1, _store_checkpoint, _unit_lower_inverse
+from .replay import _any_nonfinite, _get_row, _ring, _ring1, _store_checkpoint
 from .sround import SR_FORMATS
 from .verify_forms import DOTS
 
@@ -213,6 +213,18 @@ def _chunk_decays(rla, xla, c, j, tt, kk, mk, bad, T: tl.constexpr, LS: tl.const
     later = tt[None, None, :] > tt[:, None, None]  # [s, ., r]: r > s
     E = tl.exp(tl.cumsum(tl.where(later, la_d[None, :, :], 0.0), 2))  # sum over s < r <= t
     return Gc, W, D, E, bad
+
+
+@triton.jit
+def _unit_lower_inverse(A, tt, T: tl.constexpr):
+    """``(I + A)^-1`` for strictly lower-triangular ``A [BT, BT]``, by forward substitution over its ``T`` rows."""
+    eye = (tt[:, None] == tt[None, :]).to(A.dtype)
+    X = eye
+    for i in tl.static_range(1, T):
+        a_i = tl.sum(tl.where((tt == i)[:, None], A, 0.0), 0)  # row i of A
+        row = tl.sum(a_i[:, None] * X, 0)  # sum_s A[i, s] X[s, :]
+        X = tl.where((tt == i)[:, None], X - row[None, :], X)
+    return X
 
 
 @triton.jit
