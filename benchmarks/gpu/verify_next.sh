@@ -7,7 +7,7 @@
 # list lost), nfcheck there too (tests passed; 4 warps lost); they stay to repeat after a change to these kernels.
 # Parts products and copydots ran on an H200 in the thirty-fourth session, lost, and left with their patches
 # (benchmarks/experiments/2026-12-07_raw_fold_as_products.patch, ..._copy_reads_as_products.patch).
-# items, unroll, fanx and fanxtests have not run (fanx's fan-outs are the flush launch's forerunners: time them only beside it).
+# items, nfstages, unroll, fanx and fanxtests have not run (fanx's fan-outs are the flush launch's forerunners: time them only beside it).
 #   tests   the fp32-activation verify tests (the default table's fp32 entries rest on them), and the
 #           chunked verify's GDN / KDA tilings timed below (TESTS=copies: the read-copy tests instead, TESTS=all: both)
 #   gdn     GDN verify tilings around the default (T = 8 stood at 1.36x one standard step on an H100; asked <= 1.3x)
@@ -49,14 +49,21 @@
 #            dequantisation; in the flush launch it no longer does. sm_90, L = 16, flushing rows' launch at 1 / 2 / 4 /
 #            8: GDN fp8 166 / 168 / 168 / 168 registers, 0 spilled; GDN 4-bit 16 / 8 / 32 / 8 bytes spilled; KDA fp8
 #            0 / 12 / 32 / 80). Where one wins, make it the default and run PARTS=nfcheck (its tests) on it
+#   nfstages read-copy steps of GDN / KDA at L = 8, 16 with the non-flush rows' loop pipelined over 2 stages (8 pairs
+#            a program) now that it has a launch of its own: on the thirtieth session's H100, before the flush launch,
+#            2 stages made GDN's non-flush rows 8-15% faster while the flushing rows in the same launch set the step
+#            (sm_90, L = 16, non-flush launch at 2 stages: GDN fp8 / 4-bit 0 bytes spilled, KDA fp8 132);
+#            then the flushing rows' launch on 2 warps under caps of 128 and 112 (sm_90, L = 16, bytes spilled at
+#            168 / 128 / 112: GDN fp8 0 / 68 / 144, 4-bit 16 / 372 / 640, KDA fp8 0 / 104 / 180: more programs an
+#            SM for the latency-bound record chain, against spills)
 #   keychunk the GPU tests of Mamba-2's default verify on key-contiguous states in chunks of 32 keys (NOTE
 #           [key-contiguous chunks]) and of the default verify's table (20 s on an H100, 2026-12-07)
-# Usage: [FAN_WINDOWS=8] [PARTS="tests gdn kda copies spec fan fantests items prefold spec16 keychunk nfcap nfcheck unroll flushwl fanx fanxtests"] [TESTS=verify|copies|all] bash benchmarks/gpu/verify_next.sh [commit]
+# Usage: [FAN_WINDOWS=8] [PARTS="tests gdn kda copies spec fan fantests items prefold spec16 keychunk nfcap nfcheck nfstages unroll flushwl fanx fanxtests"] [TESTS=verify|copies|all] bash benchmarks/gpu/verify_next.sh [commit]
 # (writes under $OUT; ~15 min with every part: call it in two parts)
 set -u
 source "$(dirname "$0")/part.sh"
 gpu_setup verify_next_log.txt "${1:-}"
-PARTS=${PARTS:-"unroll"}
+PARTS=${PARTS:-"nfstages unroll"}  # ~450 s together on a cold machine
 has() { [[ " $PARTS " == *" $1 "* ]]; }
 COPY_TESTS="read_copies_and_rounding_gpu or two_row_loops_short_last_program_gpu or e2m1 or e4m3"
 VERIFY_TESTS="chunked_verify_gpu_fp32_activations or (chunked_verify_gpu and (gdn or kda))"
@@ -96,6 +103,10 @@ has nfcheck && TAIL=30 part nfcheck 200 python3 benchmarks/tune_replay.py $KV_SH
   --nonflush-warps 2,4 --nonflush-maxnreg 0,80,64 --out "$OUT/nonflush_warps.json"
 has nfcheck && TAIL=12 part flush_warps 80 python3 benchmarks/tune_replay.py $KV_SHAPES --read fp8,fp4 --window 16 \
   --warps 4 --maxnreg 0,128 --nonflush-warps 2 --nonflush-maxnreg 96 --out "$OUT/flush_warps.json"
+has nfstages && TAIL=20 part nfstages 150 python3 benchmarks/tune_replay.py $KV_SHAPES --read fp8,fp4 --window 8,16 \
+  --stages=-1,2 --out "$OUT/nonflush_stages.json"
+has nfstages && TAIL=12 part flush_caps 90 python3 benchmarks/tune_replay.py $KV_SHAPES --read fp8,fp4 --window 16 \
+  --maxnreg 128,112 --nonflush-maxnreg 96 --out "$OUT/flush_caps.json"
 has unroll && TAIL=36 part unroll 200 python3 benchmarks/tune_replay.py $KV_SHAPES --read fp8,fp4 --window 8,16 \
   --fold-unroll 0,2,4,8 --out "$OUT/flush_unroll.json"
 has flushwl && fan_tests flushwl_tests $X/2026-12-07_flush_work_list.patch
