@@ -700,6 +700,22 @@ def test_flush_launch_gpu(name, read):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("read", ["fp8", "fp4"])
+def test_flush_launch_key_contiguous_gpu(read, replay_launches_run):
+    """Mamba-2's key-contiguous tiles with the flushing rows' launch asked for (``test_flush_launch_key_contiguous``)
+    at the real shape."""
+    p = _real_pair("nemotron3-super-mamba2", B=5, L=3, seed=9, read=read,
+                   tiling=dict(nonflush_stages=1, flush_items=1))
+    slots = torch.tensor([4, -1, 0, 2, 1, 3], device=DEVICE)
+    for T in (1, 1, 1, 2, 1, 1, 1):
+        if T == 1:
+            p.step(slots=slots)
+        else:
+            p.verify_commit(T=T, slots=slots)
+    assert {launch["ROWS"] for launch in replay_launches_run if launch["T"] == 1} == {1, 2}
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("name,read,ckpt", [("nemotron3-super-mamba2", "fp8", torch.float32),
                                             ("qwen3.5-4b-gdn", "fp4", torch.float32),
                                             ("kimi-linear-kda", "fp16", torch.bfloat16)])
@@ -779,6 +795,24 @@ def replay_launches(monkeypatch):
             return lambda *args, **kwargs: launches.append(kwargs)
 
     monkeypatch.setattr(replay, "replay_kernel", Capture())
+    return launches
+
+
+@pytest.fixture
+def replay_launches_run(monkeypatch):
+    """The keyword arguments of each replay-kernel launch, recorded as the launches run."""
+    from replay_compile.templates import replay
+
+    launches, kernel = [], replay.replay_kernel
+
+    class Record:
+        def __getitem__(self, grid):
+            def run(*args, **kwargs):
+                launches.append(kwargs)
+                return kernel[grid](*args, **kwargs)
+            return run
+
+    monkeypatch.setattr(replay, "replay_kernel", Record())
     return launches
 
 
@@ -900,6 +934,23 @@ def test_flush_launch(family, read, flush_items, heads):
             p.step(slots=slots, force_flush=T == 0)
         else:
             p.verify_commit(T=T, slots=slots)
+
+
+@pytest.mark.parametrize("read", ["fp8", "fp4"])
+def test_flush_launch_key_contiguous(read, replay_launches_run):
+    """Key-contiguous (``vk``) tiles with their rows split and the flushing rows' launch asked for (``nonflush_stages``,
+    ``flush_items``; by default ``vk`` calls keep one loop, NOTE [two row loops]): Mamba-2 with a read copy through
+    flushes, padding rows, verifies and a forced flush, a unit's last program short of pairs."""
+    p = Pair("mamba2", B=3, H=4, Hk=2, K=16, V=5, L=3, layout="vk", read=read,
+             generator=torch.Generator().manual_seed(61), tiling=dict(block_v=2, items=3, nonflush_stages=1,
+                                                                      flush_items=1))
+    slots = torch.tensor([2, -1, 0, 1], device=DEVICE)
+    for T in (1, 1, 1, 2, 1, 1, 1, 0, 1):
+        if T <= 1:
+            p.step(slots=slots, force_flush=T == 0)
+        else:
+            p.verify_commit(T=T, slots=slots)
+    assert {launch["ROWS"] for launch in replay_launches_run if launch["T"] == 1} == {1, 2}
 
 
 def test_flush_launch_rule(replay_launches):

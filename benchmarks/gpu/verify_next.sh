@@ -7,7 +7,7 @@
 # list lost), nfcheck there too (tests passed; 4 warps lost); they stay to repeat after a change to these kernels.
 # Parts products and copydots ran on an H200 in the thirty-fourth session, lost, and left with their patches
 # (benchmarks/experiments/2026-12-07_raw_fold_as_products.patch, ..._copy_reads_as_products.patch).
-# items, nfstages, unroll, fanx and fanxtests have not run (fanx's fan-outs are the flush launch's forerunners: time them only beside it).
+# items, nfstages, m2flush, unroll, fanx and fanxtests have not run (fanx's fan-outs are the flush launch's forerunners: time them only beside it).
 #   tests   the fp32-activation verify tests (the default table's fp32 entries rest on them), and the
 #           chunked verify's GDN / KDA tilings timed below (TESTS=copies: the read-copy tests instead, TESTS=all: both)
 #   gdn     GDN verify tilings around the default (T = 8 stood at 1.36x one standard step on an H100; asked <= 1.3x)
@@ -56,14 +56,20 @@
 #            then the flushing rows' launch on 2 warps under caps of 128 and 112 (sm_90, L = 16, bytes spilled at
 #            168 / 128 / 112: GDN fp8 0 / 68 / 144, 4-bit 16 / 372 / 640, KDA fp8 0 / 104 / 180: more programs an
 #            SM for the latency-bound record chain, against spills)
+#   m2flush  Mamba-2's read-copy steps (`vk` tiles, one launch by default, NOTE [two row loops]) with rows split and
+#            the flushing rows' launch (`--stages 1 --flush-items 1`), its GPU tests first: on the H200 (2026-12-07)
+#            Mamba-2's 4-bit step lost to the standard one (0.80x at L = 8, 0.99x at 16) where its fp8 step ran 1.93x.
+#            sm_90, L = 16, one launch -> flushing rows' / other rows' launch, bytes spilled: fp8 68 -> 172 / 0, 4-bit
+#            820 -> 672 / 0 (other rows 1632 / 1904 SASS instructions, against 3728 / 7368 in one launch); the
+#            flushing rows' launch also at 168 registers
 #   keychunk the GPU tests of Mamba-2's default verify on key-contiguous states in chunks of 32 keys (NOTE
 #           [key-contiguous chunks]) and of the default verify's table (20 s on an H100, 2026-12-07)
-# Usage: [FAN_WINDOWS=8] [PARTS="tests gdn kda copies spec fan fantests items prefold spec16 keychunk nfcap nfcheck nfstages unroll flushwl fanx fanxtests"] [TESTS=verify|copies|all] bash benchmarks/gpu/verify_next.sh [commit]
+# Usage: [FAN_WINDOWS=8] [PARTS="tests gdn kda copies spec fan fantests items prefold spec16 keychunk nfcap nfcheck nfstages m2flush unroll flushwl fanx fanxtests"] [TESTS=verify|copies|all] bash benchmarks/gpu/verify_next.sh [commit]
 # (writes under $OUT; ~15 min with every part: call it in two parts)
 set -u
 source "$(dirname "$0")/part.sh"
 gpu_setup verify_next_log.txt "${1:-}"
-PARTS=${PARTS:-"nfstages unroll"}  # ~450 s together on a cold machine
+PARTS=${PARTS:-"m2flush nfstages"}  # ~500 s together on a cold machine (then unroll)
 has() { [[ " $PARTS " == *" $1 "* ]]; }
 COPY_TESTS="read_copies_and_rounding_gpu or two_row_loops_short_last_program_gpu or e2m1 or e4m3"
 VERIFY_TESTS="chunked_verify_gpu_fp32_activations or (chunked_verify_gpu and (gdn or kda))"
@@ -107,6 +113,12 @@ has nfstages && TAIL=20 part nfstages 150 python3 benchmarks/tune_replay.py $KV_
   --stages=-1,2 --out "$OUT/nonflush_stages.json"
 has nfstages && TAIL=12 part flush_caps 90 python3 benchmarks/tune_replay.py $KV_SHAPES --read fp8,fp4 --window 16 \
   --maxnreg 128,112 --nonflush-maxnreg 96 --out "$OUT/flush_caps.json"
+has m2flush && TAIL=4 part m2flush_tests 150 python3 -m pytest -m gpu tests/test_kernels.py -q -p no:cacheprovider \
+  --tb=short -k "flush_launch_key_contiguous_gpu"
+M2="--shapes nemotron3-super-mamba2 --batch 256 --read fp8,fp4 --window 8,16"
+has m2flush && TAIL=10 part m2flush 90 python3 benchmarks/tune_replay.py $M2 --out "$OUT/m2_one_launch.json"
+has m2flush && TAIL=12 part m2flush_split 120 python3 benchmarks/tune_replay.py $M2 --stages 1 --flush-items 1 \
+  --maxnreg 0,168 --nonflush-maxnreg 96 --out "$OUT/m2_flush_launch.json"
 has unroll && TAIL=36 part unroll 200 python3 benchmarks/tune_replay.py $KV_SHAPES --read fp8,fp4 --window 8,16 \
   --fold-unroll 0,2,4,8 --out "$OUT/flush_unroll.json"
 has flushwl && fan_tests flushwl_tests $X/2026-12-07_flush_work_list.patch
