@@ -686,26 +686,14 @@ def test_two_row_loops_short_last_program_gpu(name, read):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name,read", [("qwen3.5-122b-gdn", "fp8"), ("kimi-linear-kda", None), ("qwen3.5-4b-gdn", "fp4")])
-def test_flush_launch_gpu(name, read):
+@pytest.mark.parametrize("name,read", [("qwen3.5-122b-gdn", "fp8"), ("kimi-linear-kda", None), ("qwen3.5-4b-gdn", "fp4"),
+                                       ("nemotron3-super-mamba2", "fp8"), ("nemotron3-super-mamba2", "fp4")])
+def test_flush_launch_gpu(name, read, replay_launches_run):
     """The flushing rows' launch of one pair a program, then the others' (NOTE [flush launch]), at real shapes:
-    steps across flushes with padding rows, a verify between them."""
-    p = _real_pair(name, B=5, L=3, seed=4, read=read, tiling=dict(flush_items=1))
-    slots = torch.tensor([4, -1, 0, 2, 1, 3], device=DEVICE)
-    for T in (1, 1, 1, 2, 1, 1, 1):
-        if T == 1:
-            p.step(slots=slots)
-        else:
-            p.verify_commit(T=T, slots=slots)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("read", ["fp8", "fp4"])
-def test_flush_launch_key_contiguous_gpu(read, replay_launches_run):
-    """Mamba-2's key-contiguous tiles with the flushing rows' launch asked for (``test_flush_launch_key_contiguous``)
-    at the real shape."""
-    p = _real_pair("nemotron3-super-mamba2", B=5, L=3, seed=9, read=read,
-                   tiling=dict(nonflush_stages=1, flush_items=1))
+    steps across flushes with padding rows, a verify between them. Mamba-2's key-contiguous tiles split their rows
+    only when asked (``test_flush_launch_key_contiguous``)."""
+    p = _real_pair(name, B=5, L=3, seed=4, read=read, tiling=dict(flush_items=1, nonflush_stages=1)
+                   if REAL[name][-1] == "vk" else dict(flush_items=1))
     slots = torch.tensor([4, -1, 0, 2, 1, 3], device=DEVICE)
     for T in (1, 1, 1, 2, 1, 1, 1):
         if T == 1:

@@ -114,7 +114,7 @@ has nfstages && TAIL=20 part nfstages 150 python3 benchmarks/tune_replay.py $KV_
 has nfstages && TAIL=12 part flush_caps 90 python3 benchmarks/tune_replay.py $KV_SHAPES --read fp8,fp4 --window 16 \
   --maxnreg 128,112 --nonflush-maxnreg 96 --out "$OUT/flush_caps.json"
 has m2flush && TAIL=4 part m2flush_tests 150 python3 -m pytest -m gpu tests/test_kernels.py -q -p no:cacheprovider \
-  --tb=short -k "flush_launch_key_contiguous_gpu"
+  --tb=short -k "flush_launch_gpu"
 M2="--shapes nemotron3-super-mamba2 --batch 256 --read fp8,fp4 --window 8,16"
 has m2flush && TAIL=10 part m2flush 90 python3 benchmarks/tune_replay.py $M2 --out "$OUT/m2_one_launch.json"
 has m2flush && TAIL=12 part m2flush_split 120 python3 benchmarks/tune_replay.py $M2 --stages 1 --flush-items 1 \
