@@ -7,7 +7,7 @@
 # list lost), nfcheck there too (tests passed; 4 warps lost); they stay to repeat after a change to these kernels.
 # Parts products and copydots ran on an H200 in the thirty-fourth session, lost, and left with their patches
 # (benchmarks/experiments/2026-12-07_raw_fold_as_products.patch, ..._copy_reads_as_products.patch).
-# items, nfstages, m2flush, unroll, fanx and fanxtests have not run (fanx's fan-outs are the flush launch's forerunners: time them only beside it).
+# items, ncucopy, nfstages, m2flush, unroll, fanx and fanxtests have not run (fanx's fan-outs are the flush launch's forerunners: time them only beside it).
 #   tests   the fp32-activation verify tests (the default table's fp32 entries rest on them), and the
 #           chunked verify's GDN / KDA tilings timed below (TESTS=copies: the read-copy tests instead, TESTS=all: both)
 #   gdn     GDN verify tilings around the default (T = 8 stood at 1.36x one standard step on an H100; asked <= 1.3x)
@@ -62,14 +62,18 @@
 #            sm_90, L = 16, one launch -> flushing rows' / other rows' launch, bytes spilled: fp8 68 -> 172 / 0, 4-bit
 #            820 -> 672 / 0 (other rows 1632 / 1904 SASS instructions, against 3728 / 7368 in one launch); the
 #            flushing rows' launch also at 168 registers
+#   ncucopy  Nsight Compute on the read-copy steps' two launches (NOTE [flush launch]): GDN fp8's non-flush launch
+#            (37% of bandwidth on the H200, 2026-12-07; tensor-core reads made it slower, so not the FMAs: which
+#            stalls?), its flushing rows' launch (~105 us of its 378 us step at L = 16), KDA fp8's non-flush launch.
+#            Sections as ncu_replay.sh; ~3 min
 #   keychunk the GPU tests of Mamba-2's default verify on key-contiguous states in chunks of 32 keys (NOTE
 #           [key-contiguous chunks]) and of the default verify's table (20 s on an H100, 2026-12-07)
-# Usage: [FAN_WINDOWS=8] [PARTS="tests gdn kda copies spec fan fantests items prefold spec16 keychunk nfcap nfcheck nfstages m2flush unroll flushwl fanx fanxtests"] [TESTS=verify|copies|all] bash benchmarks/gpu/verify_next.sh [commit]
+# Usage: [FAN_WINDOWS=8] [PARTS="tests gdn kda copies spec fan fantests items prefold spec16 keychunk nfcap nfcheck ncucopy nfstages m2flush unroll flushwl fanx fanxtests"] [TESTS=verify|copies|all] bash benchmarks/gpu/verify_next.sh [commit]
 # (writes under $OUT; ~15 min with every part: call it in two parts)
 set -u
 source "$(dirname "$0")/part.sh"
 gpu_setup verify_next_log.txt "${1:-}"
-PARTS=${PARTS:-"m2flush nfstages"}  # ~500 s together on a cold machine (then unroll)
+PARTS=${PARTS:-"ncucopy m2flush"}  # ~450 s together on a cold machine (then nfstages, unroll)
 has() { [[ " $PARTS " == *" $1 "* ]]; }
 COPY_TESTS="read_copies_and_rounding_gpu or two_row_loops_short_last_program_gpu or e2m1 or e4m3"
 VERIFY_TESTS="chunked_verify_gpu_fp32_activations or (chunked_verify_gpu and (gdn or kda))"
@@ -109,6 +113,16 @@ has nfcheck && TAIL=30 part nfcheck 200 python3 benchmarks/tune_replay.py $KV_SH
   --nonflush-warps 2,4 --nonflush-maxnreg 0,80,64 --out "$OUT/nonflush_warps.json"
 has nfcheck && TAIL=12 part flush_warps 80 python3 benchmarks/tune_replay.py $KV_SHAPES --read fp8,fp4 --window 16 \
   --warps 4 --maxnreg 0,128 --nonflush-warps 2 --nonflush-maxnreg 96 --out "$OUT/flush_warps.json"
+NCU=(ncu --clock-control none -k regex:replay_kernel -c 1 --section SpeedOfLight --section Occupancy --section LaunchStats
+     --section WarpStateStats --section SchedulerStats --section SourceCounters)
+# a read-copy call launches the flushing rows' kernel, then the others' (-s 1: the second); with --no-commit no row
+# flushes, so the profiled launch is the non-flush rows' alone
+has ncucopy && TAIL=40 part ncu_gdn_fp8_nonflush 90 "${NCU[@]}" -s 1 python3 benchmarks/profile_replay.py \
+  qwen3.5-122b-gdn --read fp8 --no-commit
+has ncucopy && TAIL=40 part ncu_gdn_fp8_flushing 90 "${NCU[@]}" -s 0 python3 benchmarks/profile_replay.py \
+  qwen3.5-122b-gdn --read fp8
+has ncucopy && TAIL=40 part ncu_kda_fp8_nonflush 90 "${NCU[@]}" -s 1 python3 benchmarks/profile_replay.py \
+  kimi-linear-kda --read fp8 --no-commit
 has nfstages && TAIL=20 part nfstages 150 python3 benchmarks/tune_replay.py $KV_SHAPES --read fp8,fp4 --window 8,16 \
   --stages=-1,2 --out "$OUT/nonflush_stages.json"
 has nfstages && TAIL=12 part flush_caps 90 python3 benchmarks/tune_replay.py $KV_SHAPES --read fp8,fp4 --window 16 \
