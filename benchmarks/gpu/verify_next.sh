@@ -53,7 +53,9 @@
 #            a program) now that it has a launch of its own: on the thirtieth session's H100, before the flush launch,
 #            2 stages made GDN's non-flush rows 8-15% faster while the flushing rows in the same launch set the step
 #            (sm_90, L = 16, non-flush launch at 2 stages: GDN fp8 / 4-bit 0 bytes spilled, KDA fp8 132);
-#            then the flushing rows' launch on 2 warps under caps of 128 and 112 (sm_90, L = 16, bytes spilled at
+#            value tiles of 16 and 64 (32 by default; both launches; 64 takes 8 warps, uncapped: sm_90 GDN fp8 non-flush
+#            launch 101 registers, 0 spilled) at 1 and 2 stages, then the flushing rows' launch
+#            on 2 warps under caps of 128 and 112 (sm_90, L = 16, bytes spilled at
 #            168 / 128 / 112: GDN fp8 0 / 68 / 144, 4-bit 16 / 372 / 640, KDA fp8 0 / 104 / 180: more programs an
 #            SM for the latency-bound record chain, against spills)
 #   m2flush  Mamba-2's read-copy steps (`vk` tiles, one launch by default, NOTE [two row loops]) with rows split and
@@ -125,6 +127,8 @@ has ncucopy && TAIL=40 part ncu_kda_fp8_nonflush 90 "${NCU[@]}" -s 1 python3 ben
   kimi-linear-kda --read fp8 --no-commit
 has nfstages && TAIL=20 part nfstages 150 python3 benchmarks/tune_replay.py $KV_SHAPES --read fp8,fp4 --window 8,16 \
   --stages=-1,2 --out "$OUT/nonflush_stages.json"
+has nfstages && TAIL=20 part nf_tiles 120 python3 benchmarks/tune_replay.py $KV_SHAPES --read fp8,fp4 --window 16 \
+  --block-v 16,64 --stages=-1,2 --out "$OUT/nonflush_tiles.json"
 has nfstages && TAIL=12 part flush_caps 90 python3 benchmarks/tune_replay.py $KV_SHAPES --read fp8,fp4 --window 16 \
   --maxnreg 128,112 --nonflush-maxnreg 96 --out "$OUT/flush_caps.json"
 has m2flush && TAIL=4 part m2flush_tests 150 python3 -m pytest -m gpu tests/test_kernels.py -q -p no:cacheprovider \
