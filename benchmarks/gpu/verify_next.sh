@@ -4,7 +4,7 @@
 # tests to spec ran on an H100 in the thirtieth session, fan, fantests, spec16 and prefold in the thirty-first
 # (BENCHMARKS.md, 2026-12-07: the fan-out patch dropped, prefold found Mamba-2's key-contiguous chunks), keychunk in
 # the thirty-second (passed: the patch landed), nfcap and flushwl in the thirty-third (a cap of 96 landed; the work
-# list lost), nfcheck there too (tests passed; 4 warps lost); they stay to repeat after a change to these kernels.
+# list lost, rebased since), nfcheck there too (tests passed; 4 warps lost); they stay to repeat after a change to these kernels.
 # Parts products and copydots ran on an H200 in the thirty-fourth session, lost, and left with their patches
 # (benchmarks/experiments/2026-12-07_raw_fold_as_products.patch, ..._copy_reads_as_products.patch).
 # items, ncucopy, nfstages, m2flush, unroll, fanx and fanxtests have not run (fanx's fan-outs are the flush launch's forerunners: time them only beside it).
@@ -32,10 +32,13 @@
 #           Mamba-2 with GDN's bf16x3 products (or its bf16x2?)
 #   spec16  T = 4 and 8 at window 16: Mamba-2's T = 8 verify at window 8 runs at L = 8, where nearly every row folds
 #           its window first (2.1-2.3x one standard step; 1.23x at L = 24 in tune_replay.py)
-#   flushwl  the flushing rows' launch as a fixed grid walking only their (unit, pair) items
+#   flushwl  the flushing rows' launch as a work list walking only their (unit, pair) items
 #           (benchmarks/experiments/2026-12-07_flush_work_list.patch; main: a grid over every row's items, whose
 #           programs on rows that do not flush cost 20-40 us): the replay template's GPU tests on the patched copy, then
-#           GDN / KDA steps beside main, no copy / fp8 / 4-bit, L = 8, 16, one launch and two (not run yet)
+#           GDN / KDA steps beside main, no copy / fp8 / 4-bit, L = 8, 16, one launch and two. Lost in the thirty-third
+#           session with 8 programs an SM (each walked ~4 items); rebased in the thirty-fourth with as many programs as
+#           a steady state's flushing rows have items (ceil(B / L) rows: one item a program, no idle programs;
+#           `flush_programs`, 0 the grid). Runs ~10 min: a call of its own
 #   nfcap    the non-flush rows' launch of read-copy steps under register caps of 112, 96 and 80 (`nonflush_registers`;
 #           it uses 128-163 registers under the default 168, where the flushing rows' launch needs them: sm_90, L = 16,
 #           at 96 GDN fp8 / 4-bit and KDA fp8 spill nothing, at 80 GDN fp8 nothing, KDA fp8 68 bytes); GDN / KDA, L = 16
@@ -75,7 +78,7 @@
 set -u
 source "$(dirname "$0")/part.sh"
 gpu_setup verify_next_log.txt "${1:-}"
-PARTS=${PARTS:-"ncucopy m2flush"}  # ~450 s together on a cold machine (then nfstages, unroll)
+PARTS=${PARTS:-"ncucopy m2flush"}  # ~450 s together on a cold machine (then flushwl, nfstages, unroll)
 has() { [[ " $PARTS " == *" $1 "* ]]; }
 COPY_TESTS="read_copies_and_rounding_gpu or two_row_loops_short_last_program_gpu or e2m1 or e4m3"
 VERIFY_TESTS="chunked_verify_gpu_fp32_activations or (chunked_verify_gpu and (gdn or kda))"
