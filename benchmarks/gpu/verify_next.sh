@@ -7,7 +7,7 @@
 # list lost, rebased since), nfcheck there too (tests passed; 4 warps lost); they stay to repeat after a change to these kernels.
 # Parts products and copydots ran on an H200 in the thirty-fourth session, lost, and left with their patches
 # (benchmarks/experiments/2026-12-07_raw_fold_as_products.patch, ..._copy_reads_as_products.patch).
-# items, ncucopy, nfstages, m2flush, unroll, fanx and fanxtests have not run (fanx's fan-outs are the flush launch's forerunners: time them only beside it).
+# items, ncucopy, nfstages, m2flush, verifyw, fla, unroll, fanx and fanxtests have not run (fanx's fan-outs are the flush launch's forerunners: time them only beside it).
 #   tests   the fp32-activation verify tests (the default table's fp32 entries rest on them), and the
 #           chunked verify's GDN / KDA tilings timed below (TESTS=copies: the read-copy tests instead, TESTS=all: both)
 #   gdn     GDN verify tilings around the default (T = 8 stood at 1.36x one standard step on an H100; asked <= 1.3x)
@@ -71,9 +71,14 @@
 #            (37% of bandwidth on the H200, 2026-12-07; tensor-core reads made it slower, so not the FMAs: which
 #            stalls?), its flushing rows' launch (~105 us of its 378 us step at L = 16), KDA fp8's non-flush launch.
 #            Sections as ncu_replay.sh; ~3 min
+#   verifyw  verify of 4 and 8 drafts at windows 8 and 16 (L = w + T) for the three shapes: on the H200 (2026-12-07,
+#            window 16) Mamba-2 1.47x, GDN 1.82x, KDA 4.13x one standard step, where the H100 had GDN at 1.23-1.29x
+#            at window 8 (asked <= 1.3x), ~2 min
+#   fla      issue 3's table with flash-linear-attention's column (`bench kernels --quick`, three shapes, batch 1 and
+#            256): needs the fla-core wheel carried in .whl (run's carry [".whl"]), ~4 min
 #   keychunk the GPU tests of Mamba-2's default verify on key-contiguous states in chunks of 32 keys (NOTE
 #           [key-contiguous chunks]) and of the default verify's table (20 s on an H100, 2026-12-07)
-# Usage: [FAN_WINDOWS=8] [PARTS="tests gdn kda copies spec fan fantests items prefold spec16 keychunk nfcap nfcheck ncucopy nfstages m2flush unroll flushwl fanx fanxtests"] [TESTS=verify|copies|all] bash benchmarks/gpu/verify_next.sh [commit]
+# Usage: [FAN_WINDOWS=8] [PARTS="tests gdn kda copies spec fan fantests items prefold spec16 keychunk nfcap nfcheck ncucopy nfstages m2flush verifyw fla unroll flushwl fanx fanxtests"] [TESTS=verify|copies|all] bash benchmarks/gpu/verify_next.sh [commit]
 # (writes under $OUT; ~15 min with every part: call it in two parts)
 set -u
 source "$(dirname "$0")/part.sh"
@@ -128,6 +133,14 @@ has ncucopy && TAIL=40 part ncu_gdn_fp8_flushing 90 "${NCU[@]}" -s 0 python3 ben
   qwen3.5-122b-gdn --read fp8
 has ncucopy && TAIL=40 part ncu_kda_fp8_nonflush 90 "${NCU[@]}" -s 1 python3 benchmarks/profile_replay.py \
   kimi-linear-kda --read fp8 --no-commit
+has verifyw && TAIL=16 part verifyw 150 python3 benchmarks/tune_replay.py --shapes \
+  nemotron3-super-mamba2,qwen3.5-122b-gdn,kimi-linear-kda --batch 256 --no-steps --verify 8,4 --verify-window 8,16 \
+  --out "$OUT/verify_windows.json"
+if has fla && ls .whl/fla_core*.whl > /dev/null 2>&1; then  # the wheel into a folder of its own (no deps, offline)
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/fla_core*.whl
+  TAIL=45 part fla 300 env PYTHONPATH=/tmp/site python3 -m replay_compile.cli bench kernels --quick \
+    --shapes nemotron3-super-mamba2,qwen3.5-122b-gdn,kimi-linear-kda --verify 8 --out "$OUT/bench_quick_fla.json"
+fi
 has nfstages && TAIL=20 part nfstages 150 python3 benchmarks/tune_replay.py $KV_SHAPES --read fp8,fp4 --window 8,16 \
   --stages=-1,2 --out "$OUT/nonflush_stages.json"
 has nfstages && TAIL=20 part nf_tiles 120 python3 benchmarks/tune_replay.py $KV_SHAPES --read fp8,fp4 --window 16 \
