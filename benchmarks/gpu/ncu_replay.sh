@@ -10,14 +10,12 @@
 set -u
 source "$(dirname "$0")/part.sh"
 gpu_setup ncu_log.txt "${1:-}"
-NCU=(ncu --clock-control none -k regex:replay_kernel -s 1 -c 1 --section SpeedOfLight --section Occupancy
-     --section LaunchStats --section WarpStateStats --section SchedulerStats --section SourceCounters)
 PROFILE=(python3 benchmarks/profile_replay.py)
 export PART_LOG="$OUT/ncu_replay.txt"
-TAIL=30 part gdn_step 60 "${NCU[@]}" "${PROFILE[@]}" qwen3.5-122b-gdn
-TAIL=30 part gdn_nonflush 60 "${NCU[@]}" "${PROFILE[@]}" qwen3.5-122b-gdn --no-commit
-TAIL=30 part mamba2_step 60 "${NCU[@]}" "${PROFILE[@]}" nemotron3-super-mamba2
-TAIL=30 part kda_step 60 "${NCU[@]}" "${PROFILE[@]}" kimi-linear-kda
-TAIL=30 part gdn_step_vk 60 "${NCU[@]}" "${PROFILE[@]}" qwen3.5-122b-gdn --layout vk
-TAIL=30 part gdn_verify4 60 "${NCU[@]}" "${PROFILE[@]}" qwen3.5-122b-gdn --tokens 4 --window 20 --no-commit --steps 2
+TAIL=30 part gdn_step 60 "${NCU_REPLAY[@]}" -s 1 "${PROFILE[@]}" qwen3.5-122b-gdn
+TAIL=30 part gdn_nonflush 60 "${NCU_REPLAY[@]}" -s 1 "${PROFILE[@]}" qwen3.5-122b-gdn --no-commit
+TAIL=30 part mamba2_step 60 "${NCU_REPLAY[@]}" -s 1 "${PROFILE[@]}" nemotron3-super-mamba2
+TAIL=30 part kda_step 60 "${NCU_REPLAY[@]}" -s 1 "${PROFILE[@]}" kimi-linear-kda
+TAIL=30 part gdn_step_vk 60 "${NCU_REPLAY[@]}" -s 1 "${PROFILE[@]}" qwen3.5-122b-gdn --layout vk
+TAIL=30 part gdn_verify4 60 "${NCU_REPLAY[@]}" -s 1 "${PROFILE[@]}" qwen3.5-122b-gdn --tokens 4 --window 20 --no-commit --steps 2
 echo total $SECONDS

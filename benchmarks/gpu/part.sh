@@ -18,6 +18,18 @@ ensure_transformers() {
   python3 -c "import transformers; print('transformers', transformers.__version__)"
 }
 
+# optional wheels carried in .whl (fla-core, ...: run's carry [".whl"]) into a folder of their own, offline, and on
+# PYTHONPATH; returns 1 where none was carried
+carried_wheels() {
+  ls .whl/*.whl > /dev/null 2>&1 || return 1
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site
+}
+
+# Nsight Compute on one replay-kernel launch (add -s N: the launches to skip), the sections the profiling scripts read
+NCU_REPLAY=(ncu --clock-control none -k regex:replay_kernel -c 1 --section SpeedOfLight --section Occupancy
+            --section LaunchStats --section WarpStateStats --section SchedulerStats --section SourceCounters)
+
 gpu_setup() {
   export PYTHONUNBUFFERED=1 REPLAYSSM_COMMIT=${2:-${REPLAYSSM_COMMIT:-unknown}}
   OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"; PART_LOG="$OUT/$1"

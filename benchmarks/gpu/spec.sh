@@ -15,10 +15,7 @@ set -u
 export TORCHINDUCTOR_FORCE_DISABLE_CACHES=1
 source "$(dirname "$0")/part.sh"
 gpu_setup spec_log.txt "${1:-}"
-if ls .whl/*.whl >/dev/null 2>&1; then  # optional wheels carried by the lead (fla, transformers, ...)
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH=/tmp/site
-fi
+carried_wheels  # optional (fla, transformers, ...)
 python3 -c "import torch, triton; print(torch.__version__, triton.__version__, torch.cuda.get_device_name())" \
   | tee "$OUT/versions.txt"
 python3 -c "import transformers; print('transformers', transformers.__version__)" >> "$OUT/versions.txt" 2>&1 \

@@ -123,24 +123,19 @@ has nfcheck && TAIL=30 part nfcheck 200 python3 benchmarks/tune_replay.py $KV_SH
   --nonflush-warps 2,4 --nonflush-maxnreg 0,80,64 --out "$OUT/nonflush_warps.json"
 has nfcheck && TAIL=12 part flush_warps 80 python3 benchmarks/tune_replay.py $KV_SHAPES --read fp8,fp4 --window 16 \
   --warps 4 --maxnreg 0,128 --nonflush-warps 2 --nonflush-maxnreg 96 --out "$OUT/flush_warps.json"
-NCU=(ncu --clock-control none -k regex:replay_kernel -c 1 --section SpeedOfLight --section Occupancy --section LaunchStats
-     --section WarpStateStats --section SchedulerStats --section SourceCounters)
 # a read-copy call launches the flushing rows' kernel, then the others' (-s 1: the second); with --no-commit no row
 # flushes, so the profiled launch is the non-flush rows' alone
-has ncucopy && TAIL=40 part ncu_gdn_fp8_nonflush 90 "${NCU[@]}" -s 1 python3 benchmarks/profile_replay.py \
+has ncucopy && TAIL=40 part ncu_gdn_fp8_nonflush 90 "${NCU_REPLAY[@]}" -s 1 python3 benchmarks/profile_replay.py \
   qwen3.5-122b-gdn --read fp8 --no-commit
-has ncucopy && TAIL=40 part ncu_gdn_fp8_flushing 90 "${NCU[@]}" -s 0 python3 benchmarks/profile_replay.py \
+has ncucopy && TAIL=40 part ncu_gdn_fp8_flushing 90 "${NCU_REPLAY[@]}" -s 0 python3 benchmarks/profile_replay.py \
   qwen3.5-122b-gdn --read fp8
-has ncucopy && TAIL=40 part ncu_kda_fp8_nonflush 90 "${NCU[@]}" -s 1 python3 benchmarks/profile_replay.py \
+has ncucopy && TAIL=40 part ncu_kda_fp8_nonflush 90 "${NCU_REPLAY[@]}" -s 1 python3 benchmarks/profile_replay.py \
   kimi-linear-kda --read fp8 --no-commit
 has verifyw && TAIL=16 part verifyw 150 python3 benchmarks/tune_replay.py --shapes \
   nemotron3-super-mamba2,qwen3.5-122b-gdn,kimi-linear-kda --batch 256 --no-steps --verify 8,4 --verify-window 8,16 \
   --out "$OUT/verify_windows.json"
-if has fla && ls .whl/fla_core*.whl > /dev/null 2>&1; then  # the wheel into a folder of its own (no deps, offline)
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/fla_core*.whl
-  TAIL=45 part fla 300 env PYTHONPATH=/tmp/site python3 -m replay_compile.cli bench kernels --quick \
-    --shapes nemotron3-super-mamba2,qwen3.5-122b-gdn,kimi-linear-kda --verify 8 --out "$OUT/bench_quick_fla.json"
-fi
+has fla && carried_wheels && TAIL=45 part fla 300 python3 -m replay_compile.cli bench kernels --quick \
+  --shapes nemotron3-super-mamba2,qwen3.5-122b-gdn,kimi-linear-kda --verify 8 --out "$OUT/bench_quick_fla.json"
 has nfstages && TAIL=20 part nfstages 150 python3 benchmarks/tune_replay.py $KV_SHAPES --read fp8,fp4 --window 8,16 \
   --stages=-1,2 --out "$OUT/nonflush_stages.json"
 has nfstages && TAIL=20 part nf_tiles 120 python3 benchmarks/tune_replay.py $KV_SHAPES --read fp8,fp4 --window 16 \
