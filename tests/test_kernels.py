@@ -691,7 +691,7 @@ def test_two_row_loops_short_last_program_gpu(name, read):
 def test_flush_launch_gpu(name, read, replay_launches_run):
     """The flushing rows' launch of one pair a program, then the others' (NOTE [flush launch]), at real shapes:
     steps across flushes with padding rows, a verify between them. Mamba-2's key-contiguous tiles split their rows
-    only when asked (``test_flush_launch_key_contiguous``)."""
+    only when asked (``test_flush_launch``)."""
     p = _real_pair(name, B=5, L=3, seed=4, read=read, tiling=dict(flush_items=1, nonflush_stages=1)
                    if REAL[name][-1] == "vk" else dict(flush_items=1))
     slots = torch.tensor([4, -1, 0, 2, 1, 3], device=DEVICE)
@@ -771,37 +771,34 @@ def test_exact_zero_decays_and_window_one_with_read_copy():
             p.check(*p._out(x._replace(log_a=la), None, True), f"{family} step {t}")
 
 
-@pytest.fixture
-def replay_launches(monkeypatch):
-    """The keyword arguments of each replay-kernel launch, recorded instead of run."""
-    from replay_compile.templates import replay
-
-    launches = []
-
-    class Capture:
-        def __getitem__(self, grid):
-            return lambda *args, **kwargs: launches.append(kwargs)
-
-    monkeypatch.setattr(replay, "replay_kernel", Capture())
-    return launches
-
-
-@pytest.fixture
-def replay_launches_run(monkeypatch):
-    """The keyword arguments of each replay-kernel launch, recorded as the launches run."""
+def _recorded_launches(monkeypatch, run: bool) -> list:
+    """The keyword arguments of each replay-kernel launch, recorded (and the launch run where ``run``)."""
     from replay_compile.templates import replay
 
     launches, kernel = [], replay.replay_kernel
 
     class Record:
         def __getitem__(self, grid):
-            def run(*args, **kwargs):
+            def launch(*args, **kwargs):
                 launches.append(kwargs)
-                return kernel[grid](*args, **kwargs)
-            return run
+                if run:
+                    kernel[grid](*args, **kwargs)
+            return launch
 
     monkeypatch.setattr(replay, "replay_kernel", Record())
     return launches
+
+
+@pytest.fixture
+def replay_launches(monkeypatch):
+    """The keyword arguments of each replay-kernel launch, recorded instead of run."""
+    return _recorded_launches(monkeypatch, run=False)
+
+
+@pytest.fixture
+def replay_launches_run(monkeypatch):
+    """The keyword arguments of each replay-kernel launch, recorded as the launches run."""
+    return _recorded_launches(monkeypatch, run=True)
 
 
 def test_register_cap_belongs_to_the_default_warps(replay_launches):
@@ -904,36 +901,23 @@ def test_two_row_loops_forced_either_way(family, layout, read, stages, flush_ite
             p.verify_commit(T=T, slots=slots)
 
 
-@pytest.mark.parametrize("family,read,flush_items,heads", [("gated_deltanet", None, 1, (2, 1)), ("kda", "fp8", 2, (2, 1)),
-                                                            ("gla", "fp4", 1, (2, 1)), ("mamba2", "bf16", 3, (2, 1)),
-                                                            ("gated_deltanet", "fp8", 1, (4, 2))])
-def test_flush_launch(family, read, flush_items, heads):
-    """One-token ``kv`` calls with the flushing rows in a launch of their own before the others' (NOTE [flush
-    launch]): steps across flushes, padding rows and a unit's last program short of pairs in either launch (value
-    tiles of 2 over V = 3), with verifies between them (one launch: verifies do not split their row loops by
-    default), and a forced flush (every row at once). 4 value heads over 2 key heads: 2 units of 4 pairs each."""
+@pytest.mark.parametrize("family,read,flush_items,heads,layout", [
+    ("gated_deltanet", None, 1, (2, 1), "kv"), ("kda", "fp8", 2, (2, 1), "kv"), ("gla", "fp4", 1, (2, 1), "kv"),
+    ("mamba2", "bf16", 3, (2, 1), "kv"), ("gated_deltanet", "fp8", 1, (4, 2), "kv"), ("mamba2", "fp8", 1, (4, 2), "vk"),
+    ("mamba2", "fp4", 1, (4, 2), "vk")])
+def test_flush_launch(family, read, flush_items, heads, layout, replay_launches_run):
+    """One-token calls with the flushing rows in a launch of their own before the others' (NOTE [flush launch]):
+    steps across flushes, padding rows and a unit's last program short of pairs in either launch (value tiles of 2
+    over V = 3), with verifies between them (one launch: verifies do not split their row loops by default), and a
+    forced flush (every row at once). 4 value heads over 2 key heads: 2 units of 4 pairs each. Key-contiguous (``vk``)
+    tiles split their rows only where asked (``nonflush_stages``; by default one loop, NOTE [two row loops])."""
     g = torch.Generator().manual_seed(60 + FAMILIES.index(family))
     K = 16 if read == "fp4" else 4  # e2m1 blocks of 16 keys
-    p = Pair(family, B=3, H=heads[0], Hk=heads[1], K=K, V=3, L=3, layout="kv", read=read, generator=g,
-             tiling=dict(block_v=2, items=3, flush_items=flush_items))
+    split = dict(nonflush_stages=1) if layout == "vk" else {}
+    p = Pair(family, B=3, H=heads[0], Hk=heads[1], K=K, V=3, L=3, layout=layout, read=read, generator=g,
+             tiling=dict(block_v=2, items=3, flush_items=flush_items, **split))
     slots = torch.tensor([2, -1, 0, 1], device=DEVICE)
     for T in (1, 1, 1, 2, 1, 1, 1, 3, 1, 1, 1, 0, 1):  # L = 3 steps in a row: every row flushes in each run of them
-        if T <= 1:
-            p.step(slots=slots, force_flush=T == 0)
-        else:
-            p.verify_commit(T=T, slots=slots)
-
-
-@pytest.mark.parametrize("read", ["fp8", "fp4"])
-def test_flush_launch_key_contiguous(read, replay_launches_run):
-    """Key-contiguous (``vk``) tiles with their rows split and the flushing rows' launch asked for (``nonflush_stages``,
-    ``flush_items``; by default ``vk`` calls keep one loop, NOTE [two row loops]): Mamba-2 with a read copy through
-    flushes, padding rows, verifies and a forced flush, a unit's last program short of pairs."""
-    p = Pair("mamba2", B=3, H=4, Hk=2, K=16, V=5, L=3, layout="vk", read=read,
-             generator=torch.Generator().manual_seed(61), tiling=dict(block_v=2, items=3, nonflush_stages=1,
-                                                                      flush_items=1))
-    slots = torch.tensor([2, -1, 0, 1], device=DEVICE)
-    for T in (1, 1, 1, 2, 1, 1, 1, 0, 1):
         if T <= 1:
             p.step(slots=slots, force_flush=T == 0)
         else:
