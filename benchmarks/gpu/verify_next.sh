@@ -76,14 +76,17 @@
 #            at window 8 (asked <= 1.3x), ~2 min
 #   fla      issue 3's table with flash-linear-attention's column (`bench kernels --quick`, three shapes, batch 1 and
 #            256): needs the fla-core wheel carried in .whl (run's carry [".whl"]), ~4 min
+#   probe    benchmarks/copy_read_probe.py: a plain kernel reading an fp8 (and fp32) key-major copy at GDN 122B's
+#            batch 256 (the two key reductions of a delta-rule row, no window) over value tiles, warps, pairs a
+#            program, contiguous values a load, stages: can any tiling read the copy near the bandwidth? ~3 min
 #   keychunk the GPU tests of Mamba-2's default verify on key-contiguous states in chunks of 32 keys (NOTE
 #           [key-contiguous chunks]) and of the default verify's table (20 s on an H100, 2026-12-07)
-# Usage: [FAN_WINDOWS=8] [PARTS="tests gdn kda copies spec fan fantests items prefold spec16 keychunk nfcap nfcheck ncucopy nfstages m2flush verifyw fla unroll flushwl fanx fanxtests"] [TESTS=verify|copies|all] bash benchmarks/gpu/verify_next.sh [commit]
+# Usage: [FAN_WINDOWS=8] [PARTS="probe tests gdn kda copies spec fan fantests items prefold spec16 keychunk nfcap nfcheck ncucopy nfstages m2flush verifyw fla unroll flushwl fanx fanxtests"] [TESTS=verify|copies|all] bash benchmarks/gpu/verify_next.sh [commit]
 # (writes under $OUT; ~15 min with every part: call it in two parts)
 set -u
 source "$(dirname "$0")/part.sh"
 gpu_setup verify_next_log.txt "${1:-}"
-PARTS=${PARTS:-"ncucopy m2flush"}  # ~450 s together on a cold machine (then flushwl, nfstages, unroll)
+PARTS=${PARTS:-"probe ncucopy"}  # ~400 s together on a cold machine (then m2flush, flushwl, nfstages, unroll)
 has() { [[ " $PARTS " == *" $1 "* ]]; }
 COPY_TESTS="read_copies_and_rounding_gpu or two_row_loops_short_last_program_gpu or e2m1 or e4m3"
 VERIFY_TESTS="chunked_verify_gpu_fp32_activations or (chunked_verify_gpu and (gdn or kda))"
@@ -97,6 +100,9 @@ has gdn && TAIL=20 part gdn 150 python3 benchmarks/tune_replay.py --shapes qwen3
 has kda && TAIL=12 part kda 120 python3 benchmarks/tune_replay.py --shapes kimi-linear-kda --batch 256 --no-steps \
   --verify 8,4 --verify-window 16 --verify-form "tokens;chunked:dot=bf16x3,$ONE,kc=16;chunked:dot=bf16x2,$ONE,kc=16" \
   --out "$OUT/verify_kda.json"
+has probe && TAIL=60 part probe 200 python3 benchmarks/copy_read_probe.py --read fp8 --out "$OUT/copy_read_probe.json"
+has probe && TAIL=8 part probe_fp32 60 python3 benchmarks/copy_read_probe.py --read fp32 --contig 4 --items 4 \
+  --out "$OUT/copy_read_probe_fp32.json"
 KV_SHAPES="--shapes qwen3.5-122b-gdn,kimi-linear-kda --batch 256"  # the two kv-tile families at batch 256
 COPY_SHAPES="$KV_SHAPES --window 8 --stages=-1,2"
 has copies && TAIL=24 part copies 130 python3 benchmarks/tune_replay.py $COPY_SHAPES --read fp8,fp4 \
