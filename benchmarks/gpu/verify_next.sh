@@ -14,7 +14,8 @@
 #   kda     KDA's 1-warp verify forms against its token loop (the default from 8 drafts)
 #   copies  read-copy steps of GDN / KDA with the non-flush loop pipelined (2 stages), which lost before the copies
 #           went key-major (NOTE [two row loops]), and fp8 tiles of 64 values on 4 warps (more bytes in flight)
-#   spec    issue 6's speculative grid at batch 256 with the default verify
+#   spec    issue 6's speculative grid at batch 256 with the default verify, window $SPEC_WINDOW (16: where the
+#           thirty-first session's H100 met issue 6's targets)
 #   fan     benchmarks/experiments/2026-12-07_flush_fan_out.patch (one pair a flushing program) beside main: GDN and
 #           KDA steps, no copy / fp8 / 4-bit, L = 8 and 16 (timed at L = 8 and dropped)
 #   fanx    the fan-out with idle programs returning at once (2026-12-07_flush_fan_out_early_exit.patch) and the
@@ -110,7 +111,7 @@ has copies && TAIL=24 part copies 130 python3 benchmarks/tune_replay.py $COPY_SH
 has copies && TAIL=16 part copies_bv64 70 python3 benchmarks/tune_replay.py $COPY_SHAPES --read fp8 --block-v 64 \
   --warps 4 --out "$OUT/copies_bv64.json"
 has spec && TAIL=40 part spec 150 python3 -m replay_compile.cli bench spec --T 1,2,4,8 --batch 256 \
-  --acceptance 0.5,0.8,1.0,text --window 8 --steps 8 --out "$OUT/spec_grid_256.json"
+  --acceptance 0.5,0.8,1.0,text --window "${SPEC_WINDOW:-16}" --steps 8 --out "$OUT/spec_grid_256.json"
 KEYCHUNK_TESTS="(chunked_verify_gpu and nemotron3-super and bf16x2 and key_chunk and 32 and not fp32) or default_verify"
 has keychunk && TAIL=4 part keychunk_tests 200 python3 -m pytest -m "gpu or not slow" tests/test_kernels.py -q \
   -p no:cacheprovider --tb=short -k "$KEYCHUNK_TESTS"
