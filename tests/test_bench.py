@@ -31,6 +31,7 @@ def test_smoke_run_writes_table_and_json(tmp_path, capsys):
         assert r["snapshot_per_seq_bytes"] == (1 + r["T"]) * kernels.state_bytes(kernels.SMOKE_SHAPES[r["shape"]])
         assert r["replay_per_seq_bytes"] > 0 and r["window"] == 16 + r["T"]
     assert "| smoke-gdn | 3 | 4 | none |" in printed and "snapshot verify us" in printed
+    assert all(r["route"] in ("replay", "standard", "original") for r in res["step"])
 
 
 def test_unavailable_column_is_na(tmp_path, monkeypatch):
@@ -41,6 +42,26 @@ def test_unavailable_column_is_na(tmp_path, monkeypatch):
     res = json.loads(out.read_text())
     assert res["step"][0]["ours"]["us"] is None and res["verify"] == []
     assert "speedup_vs_best_standard" not in res["step"][0]
+
+
+def _timed(us):
+    return {"us": us, "why": None}
+
+
+@pytest.mark.parametrize("batch, route, dispatched", [(256, "replay", 0.8), (8, "standard", 1.0),
+                                                      (1, "original", 0.5)])
+def test_dispatched_route_against_best_standard(batch, route, dispatched):
+    """Each step row says what a compiled model runs at its size and how that compares with the best standard
+    kernel (fla's where faster); a dispatched route under 0.95x is listed below the table."""
+    shape = kernels.SHAPES["nemotron3-super-mamba2"]
+    base = {"bytes": 1, "standard": _timed(100.0), "fla": _timed(120.0), "compile": _timed(200.0)}
+    row = kernels._step_row("nemotron3-super-mamba2", shape, batch, 16, "fp4", {**_timed(125.0), "bytes": 1}, base,
+                            1000.0)
+    assert row["route"] == route and row["dispatched_vs_best_standard"] == pytest.approx(dispatched)
+    meta = {"copy_gbps": 1000.0, "device": "test"}
+    table = kernels.format_tables({"meta": meta, "step": [row], "verify": [], "tune": []})
+    assert f"| {route} | {dispatched:.2f}x |" in table
+    assert ("never-lose" in table) == (dispatched < kernels.NEVER_LOSE)
 
 
 def test_rejects_unknown_shape():
