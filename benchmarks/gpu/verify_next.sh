@@ -77,12 +77,13 @@
 #            at window 8 (asked <= 1.3x), ~2 min
 #   fla      issue 3's table with flash-linear-attention's column (`bench kernels --quick`, three shapes, batch 1 and
 #            256): needs the fla-core wheel carried in .whl (run's carry [".whl"]), ~4 min
+#   defaults the GPU tests a change of the replay template's defaults needs, then the standing table (~6 min)
 #   probe    benchmarks/copy_read_probe.py: a plain kernel reading an fp8 (and fp32) key-major copy at GDN 122B's
 #            batch 256 (the two key reductions of a delta-rule row, no window) over value tiles, warps, pairs a
 #            program, contiguous values a load, stages: can any tiling read the copy near the bandwidth? ~3 min
 #   keychunk the GPU tests of Mamba-2's default verify on key-contiguous states in chunks of 32 keys (NOTE
 #           [key-contiguous chunks]) and of the default verify's table (20 s on an H100, 2026-12-07)
-# Usage: [FAN_WINDOWS=8] [PARTS="probe tests gdn kda copies spec fan fantests items prefold spec16 keychunk nfcap nfcheck ncucopy nfstages m2flush verifyw fla unroll flushwl fanx fanxtests"] [TESTS=verify|copies|all] bash benchmarks/gpu/verify_next.sh [commit]
+# Usage: [FAN_WINDOWS=8] [PARTS="defaults probe tests gdn kda copies spec fan fantests items prefold spec16 keychunk nfcap nfcheck ncucopy nfstages m2flush verifyw fla unroll flushwl fanx fanxtests"] [TESTS=verify|copies|all] bash benchmarks/gpu/verify_next.sh [commit]
 # (writes under $OUT; ~15 min with every part: call it in two parts)
 set -u
 source "$(dirname "$0")/part.sh"
@@ -138,6 +139,14 @@ has ncucopy && TAIL=40 part ncu_gdn_fp8_flushing 90 "${NCU_REPLAY[@]}" -s 0 pyth
   qwen3.5-122b-gdn --read fp8
 has ncucopy && TAIL=40 part ncu_kda_fp8_nonflush 90 "${NCU_REPLAY[@]}" -s 1 python3 benchmarks/profile_replay.py \
   kimi-linear-kda --read fp8 --no-commit
+# defaults: after a change of the replay template's defaults, its GPU tests of split row loops, flush launches, read
+# copies and CUDA graphs, then the standing table (BENCHMARKS.md's top section) at the new defaults
+DEFAULT_TESTS="flush_launch_gpu or two_row_loops or read_copies or cuda_graph or e2m1 or e4m3"
+has defaults && TAIL=4 part defaults_tests 240 python3 -m pytest -m gpu tests/test_kernels.py -q -p no:cacheprovider \
+  --tb=short -k "$DEFAULT_TESTS"
+has defaults && TAIL=30 part standing 200 python3 benchmarks/tune_replay.py --shapes \
+  nemotron3-super-mamba2,qwen3.5-122b-gdn,kimi-linear-kda --batch 256 --read none,fp8,fp4 --window 8,16 \
+  --out "$OUT/standing.json"
 has verifyw && TAIL=16 part verifyw 150 python3 benchmarks/tune_replay.py --shapes \
   nemotron3-super-mamba2,qwen3.5-122b-gdn,kimi-linear-kda --batch 256 --no-steps --verify 8,4 --verify-window 8,16 \
   --out "$OUT/verify_windows.json"
