@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from replay_compile.bench import kernels
 
@@ -104,3 +105,30 @@ def test_cpu_smoke_command_needs_no_interpreter_flag(command, tmp_path):
                           "--out", str(tmp_path / "out.json")], env=env, capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stderr[-3000:]
     assert json.loads((tmp_path / "out.json").read_text())
+
+
+def _probe():
+    script = pathlib.Path(__file__).parents[1] / "benchmarks" / "copy_read_probe.py"
+    return runpy.run_path(str(script), run_name="copy_read_probe")
+
+
+@pytest.mark.parametrize("read", ["fp8", "fp32"])
+def test_copy_read_probe_checks_each_tiling(read, tmp_path):
+    """``benchmarks/copy_read_probe.py`` under the interpreter: every tiling passes its float64 check (odd head
+    count, value tiles below V, a unit's last program short of pairs) and lands in the JSON."""
+    probe, out = _probe(), tmp_path / "probe.json"
+    assert probe["main"](["--batch", "2", "--heads", "3", "--dims", "16", "--read", read, "--block-v", "8,16",
+                          "--warps", "2", "--items", "1,4", "--contig", "4", "--stages", "1", "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert len(rows) == 4 and all(r["rel_rms"] < 1e-5 for r in rows)
+
+
+def test_copy_read_probe_check_catches_a_wrong_scale(monkeypatch):
+    """The probe's check fails a launch that reads the copy with scales 0.1% off."""
+    probe = _probe()
+    x = probe["draw"](2, 3, 16, 16, True, "cpu")
+    off = dict(x, scale=x["scale"] * 1.001)
+    launch = probe["launch"]
+    monkeypatch.setitem(probe["check"].__globals__, "launch", lambda x_, out, *config: launch(off, out, *config))
+    with pytest.raises(AssertionError, match="relative RMS"):
+        probe["check"](x, torch.empty(2, 2, 3, 16), (8, 2, 4, 4, 1))
