@@ -7,8 +7,8 @@
 # list lost, rebased since), nfcheck there too (tests passed; 4 warps lost); they stay to repeat after a change to these kernels.
 # Parts products and copydots ran on an H200 in the thirty-fourth session, lost, and left with their patches
 # (benchmarks/experiments/2026-12-07_raw_fold_as_products.patch, ..._copy_reads_as_products.patch).
-# probe, ncucopy, m2flush and nfstages ran on an H100 in the thirty-fifth (m2flush's split and nfstages' 2 stages for
-# GDN became defaults; defaults, their GPU check, waits). items, verifyw, fla, unroll, fanx and fanxtests have not run (fanx's fan-outs are the flush launch's forerunners: time them only beside it).
+# probe, ncucopy, m2flush and nfstages ran on an H100 in the thirty-fifth (m2flush's split became the default; nfstages'
+# 2 stages won for GDN's copies and wait for defaults, their GPU tests, after turning them on in replay.tiling). items, verifyw, fla, unroll, fanx and fanxtests have not run (fanx's fan-outs are the flush launch's forerunners: time them only beside it).
 #   tests   the fp32-activation verify tests (the default table's fp32 entries rest on them), and the
 #           chunked verify's GDN / KDA tilings timed below (TESTS=copies: the read-copy tests instead, TESTS=all: both)
 #   gdn     GDN verify tilings around the default (T = 8 stood at 1.36x one standard step on an H100; asked <= 1.3x)
