@@ -79,12 +79,15 @@
 #   fla      issue 3's table with flash-linear-attention's column (`bench kernels --quick`, three shapes, batch 1 and
 #            256): needs the fla-core wheel carried in .whl (run's carry [".whl"]), ~4 min
 #   defaults the GPU tests a change of the replay template's defaults needs, then the standing table (~6 min)
+#   nf64     read-copy steps of GDN / KDA with value tiles of 64 on 2 warps (the probe's best fp8 tiling: 82% of
+#            bandwidth against 70% at tiles of 32, H100; nfstages timed tiles of 64 only on their default 8 warps).
+#            sm_90, GDN fp8 L = 16: non-flush launch at 128 registers 0 bytes spilled, flushing rows' at 255 12 bytes
 #   probe    benchmarks/copy_read_probe.py: a plain kernel reading an fp8 (and fp32) key-major copy at GDN 122B's
 #            batch 256 (the two key reductions of a delta-rule row, no window) over value tiles, warps, pairs a
 #            program, contiguous values a load, stages: can any tiling read the copy near the bandwidth? ~3 min
 #   keychunk the GPU tests of Mamba-2's default verify on key-contiguous states in chunks of 32 keys (NOTE
 #           [key-contiguous chunks]) and of the default verify's table (20 s on an H100, 2026-12-07)
-# Usage: [FAN_WINDOWS=8] [PARTS="defaults probe tests gdn kda copies spec fan fantests items prefold spec16 keychunk nfcap nfcheck ncucopy nfstages m2flush verifyw fla unroll flushwl fanx fanxtests"] [TESTS=verify|copies|all] bash benchmarks/gpu/verify_next.sh [commit]
+# Usage: [FAN_WINDOWS=8] [PARTS="defaults nf64 probe tests gdn kda copies spec fan fantests items prefold spec16 keychunk nfcap nfcheck ncucopy nfstages m2flush verifyw fla unroll flushwl fanx fanxtests"] [TESTS=verify|copies|all] bash benchmarks/gpu/verify_next.sh [commit]
 # (writes under $OUT; ~15 min with every part: call it in two parts)
 set -u
 source "$(dirname "$0")/part.sh"
@@ -148,6 +151,8 @@ has defaults && TAIL=4 part defaults_tests 240 python3 -m pytest -m gpu tests/te
 has defaults && TAIL=30 part standing 200 python3 benchmarks/tune_replay.py --shapes \
   nemotron3-super-mamba2,qwen3.5-122b-gdn,kimi-linear-kda --batch 256 --read none,fp8,fp4 --window 8,16 \
   --out "$OUT/standing.json"
+has nf64 && TAIL=36 part nf64 200 python3 benchmarks/tune_replay.py $KV_SHAPES --read fp8,fp4 --window 8,16 \
+  --block-v 64 --warps 2 --maxnreg 255 --nonflush-maxnreg 128,112 --stages=-1,2 --out "$OUT/nonflush_tiles64.json"
 has verifyw && TAIL=16 part verifyw 150 python3 benchmarks/tune_replay.py --shapes \
   nemotron3-super-mamba2,qwen3.5-122b-gdn,kimi-linear-kda --batch 256 --no-steps --verify 8,4 --verify-window 8,16 \
   --out "$OUT/verify_windows.json"
