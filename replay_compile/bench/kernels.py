@@ -10,9 +10,10 @@ For each real layer shape and batch size it times one decode step of
     compile   torch.compile (default mode) of that same step
 
 and what a compiled model would run instead at that size (``route``, the cost model's choice: replay, our standard
-kernel, or the original graph under Inductor) with its speed against the best standard kernel; rows under 0.95x
-are listed under the table (issue 3: never lose). And, for speculative decoding, replay verify of T tokens (+ commit) against the snapshot baseline
-(templates/snapshot.py) and one standard step, with the per-sequence state memory of both.
+kernel, or the original graph under Inductor) with its speed against the best standard kernel; rows under 0.95x are
+listed under the table (issue 3: never lose). And, for speculative decoding, replay verify of T tokens (+ commit)
+against the snapshot baseline (templates/snapshot.py) and one standard step, with the per-sequence state memory of
+both.
 
 Each time is a median of ``triton.testing.do_bench`` over replays of a CUDA graph holding one call
 (GPU time without Python launch overhead, as engines run decode; direct calls where capture fails).
