@@ -585,7 +585,11 @@ _VERIFY_TILINGS = {  # every tiling the tuning sweeps (templates.verify.tiling),
     "nemotron3-nano-mamba2": [{}, dict(dot="bf16x3", token_tile=8)],
     "qwen3.5-4b-gdn": [{}],
     "kimi-linear-kda": [{}, dict(key_chunk=16), dict(dot="bf16x3", token_tile=8, key_chunk=16),
-                        *(dict(dot=dot, token_tile=8, key_chunk=16, num_warps=1) for dot in ("bf16x3", "bf16x2"))],
+                        *(dict(dot=dot, token_tile=8, key_chunk=16, num_warps=1) for dot in ("bf16x3", "bf16x2")),
+                        # one program a head (no per-channel decay factors computed twice), and 2-warp tiles of 64
+                        *(dict(dot="bf16x3", token_tile=8, key_chunk=16, num_warps=nw, block_v=bv)
+                          for nw, bv in ((4, 128), (2, 128), (2, 64))),
+                        dict(dot="bf16x2", token_tile=8, key_chunk=16, num_warps=4, block_v=128)],
 }
 
 

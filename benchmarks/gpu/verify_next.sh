@@ -12,7 +12,8 @@
 #   tests   the fp32-activation verify tests (the default table's fp32 entries rest on them), and the
 #           chunked verify's GDN / KDA tilings timed below (TESTS=copies: the read-copy tests instead, TESTS=all: both)
 #   gdn     GDN verify tilings around the default (T = 8 stood at 1.36x one standard step on an H100; asked <= 1.3x)
-#   kda     KDA's 1-warp verify forms against its token loop (the default from 8 drafts)
+#   kda     KDA's verify (default: chunked, 1 warp, value tiles of 64, from 8 drafts) against one program a head
+#           (value tiles of 128 on 2 or 4 warps: no duplicated per-channel decay factors, no spills; ~2 min)
 #   copies  read-copy steps of GDN / KDA with the non-flush loop pipelined (2 stages), which lost before the copies
 #           went key-major (NOTE [two row loops]), and fp8 tiles of 64 values on 4 warps (more bytes in flight)
 #   spec    issue 6's speculative grid at batch 256 with the default verify, window $SPEC_WINDOW (16: where the
@@ -73,12 +74,16 @@
 #            (37% of bandwidth on the H200, 2026-12-07; tensor-core reads made it slower, so not the FMAs: which
 #            stalls?), its flushing rows' launch (~105 us of its 378 us step at L = 16), KDA fp8's non-flush launch.
 #            Sections as ncu_replay.sh; ~3 min
+#   ncuverify Nsight Compute on the default verify of 8 drafts at L = 24 (window 16 + T): KDA's chunked verify stood
+#            at 4.13x one standard step on the H200 (GDN 1.82x; asked <= 1.3x) with its per-channel decay factors
+#            ([BT, BKC, BT] a key chunk) recomputed in every value tile's program: compute, latency or memory? ~2 min
 #   verifyw  verify of 4 and 8 drafts at windows 8 and 16 (L = w + T) for the three shapes: on the H200 (2026-12-07,
 #            window 16) Mamba-2 1.47x, GDN 1.82x, KDA 4.13x one standard step, where the H100 had GDN at 1.23-1.29x
 #            at window 8 (asked <= 1.3x), ~2 min
 #   fla      issue 3's table with flash-linear-attention's column (`bench kernels --quick`, three shapes, batch 1 and
 #            256): needs the fla-core wheel carried in .whl (run's carry [".whl"]), ~4 min
-#   defaults the GPU tests a change of the replay template's defaults needs, then the standing table (~6 min)
+#   defaults the GPU tests a change of the replay template's defaults needs, then the standing table (~6 min;
+#            dtests: the tests alone, for a call that times the defaults in fla's table instead)
 #   nf64     read-copy steps of GDN / KDA with value tiles of 64 on 2 warps (the probe's best fp8 tiling: 82% of
 #            bandwidth against 70% at tiles of 32, H100; nfstages timed tiles of 64 only on their default 8 warps).
 #            sm_90, GDN fp8 L = 16: non-flush launch at 128 registers 0 bytes spilled, flushing rows' at 255 12 bytes
@@ -87,7 +92,7 @@
 #            program, contiguous values a load, stages: can any tiling read the copy near the bandwidth? ~3 min
 #   keychunk the GPU tests of Mamba-2's default verify on key-contiguous states in chunks of 32 keys (NOTE
 #           [key-contiguous chunks]) and of the default verify's table (20 s on an H100, 2026-12-07)
-# Usage: [FAN_WINDOWS=8] [PARTS="defaults nf64 probe tests gdn kda copies spec fan fantests items prefold spec16 keychunk nfcap nfcheck ncucopy nfstages m2flush verifyw fla unroll flushwl fanx fanxtests"] [TESTS=verify|copies|all] bash benchmarks/gpu/verify_next.sh [commit]
+# Usage: [FAN_WINDOWS=8] [PARTS="defaults dtests nf64 ncuverify probe tests gdn kda copies spec fan fantests items prefold spec16 keychunk nfcap nfcheck ncucopy nfstages m2flush verifyw fla unroll flushwl fanx fanxtests"] [TESTS=verify|copies|all] bash benchmarks/gpu/verify_next.sh [commit]
 # (writes under $OUT; ~15 min with every part: call it in two parts)
 set -u
 source "$(dirname "$0")/part.sh"
@@ -103,8 +108,14 @@ ONE="nw=1,bt=8"
 GDN_FORMS=${GDN_FORMS:-"tokens;chunked:dot=bf16x3,$ONE,kc=16;chunked:dot=bf16x3,$ONE,kc=32;chunked:dot=bf16x3,$ONE,kc=16,bv=32;chunked:dot=bf16x2,$ONE,kc=32;chunked:dot=bf16x3,$ONE,kc=16,bv=128;chunked:dot=bf16x3,$ONE,kc=16,mr=128"}
 has gdn && TAIL=20 part gdn 150 python3 benchmarks/tune_replay.py --shapes qwen3.5-122b-gdn --batch 256 --no-steps \
   --verify 8,4 --verify-window 16 --verify-form "$GDN_FORMS" --out "$OUT/verify_gdn.json"
-has kda && TAIL=12 part kda 120 python3 benchmarks/tune_replay.py --shapes kimi-linear-kda --batch 256 --no-steps \
-  --verify 8,4 --verify-window 16 --verify-form "tokens;chunked:dot=bf16x3,$ONE,kc=16;chunked:dot=bf16x2,$ONE,kc=16" \
+# KDA's default (1 warp, value tiles of 64) against one program a head: sm_90, T = 8, L = 24: 1 warp 13912 SASS
+# instructions, 255 registers, 72 bytes spilled, against 4 warps on tiles of 128 4832 / 253 / none (2 warps: 8320, 36)
+B3="chunked:dot=bf16x3,bt=8,kc=16"
+KDA_WIDE="$B3,nw=4,bv=128;$B3,nw=2,bv=128;$B3,nw=2,bv=64;chunked:dot=bf16x2,bt=8,kc=16,nw=4,bv=128"
+has kda && TAIL=4 part kda_tests 150 python3 -m pytest -m gpu tests/test_kernels.py -q -p no:cacheprovider --tb=short \
+  -k "chunked_verify_gpu and kimi and block_v"
+has kda && TAIL=20 part kda 150 python3 benchmarks/tune_replay.py --shapes kimi-linear-kda --batch 256 --no-steps \
+  --verify 8,4 --verify-window 16 --verify-form "auto;$KDA_WIDE" \
   --out "$OUT/verify_kda.json"
 has probe && TAIL=60 part probe 200 python3 benchmarks/copy_read_probe.py --read fp8 --out "$OUT/copy_read_probe.json"
 has probe && TAIL=8 part probe_fp32 60 python3 benchmarks/copy_read_probe.py --read fp32 --contig 4 --items 4 \
@@ -143,10 +154,16 @@ has ncucopy && TAIL=40 part ncu_gdn_fp8_flushing 90 "${NCU_REPLAY[@]}" -s 0 pyth
   qwen3.5-122b-gdn --read fp8
 has ncucopy && TAIL=40 part ncu_kda_fp8_nonflush 90 "${NCU_REPLAY[@]}" -s 1 python3 benchmarks/profile_replay.py \
   kimi-linear-kda --read fp8 --no-commit
+NCU_VERIFY=("${NCU_REPLAY[@]/regex:replay_kernel/regex:verify_kernel}" -s 1)
+VERIFY_CALL=(--tokens 8 --window 24 --no-commit --steps 2)
+has ncuverify && TAIL=40 part ncu_kda_verify8 90 "${NCU_VERIFY[@]}" python3 benchmarks/profile_replay.py \
+  kimi-linear-kda "${VERIFY_CALL[@]}"
+has ncuverify && TAIL=40 part ncu_gdn_verify8 90 "${NCU_VERIFY[@]}" python3 benchmarks/profile_replay.py \
+  qwen3.5-122b-gdn "${VERIFY_CALL[@]}"
 # defaults: after a change of the replay template's defaults, its GPU tests of split row loops, flush launches, read
 # copies and CUDA graphs, then the standing table (BENCHMARKS.md's top section) at the new defaults
 DEFAULT_TESTS="flush_launch_gpu or two_row_loops or read_copies or cuda_graph or e2m1 or e4m3"
-has defaults && TAIL=4 part defaults_tests 240 python3 -m pytest -m gpu tests/test_kernels.py -q -p no:cacheprovider \
+{ has defaults || has dtests; } && TAIL=4 part defaults_tests 240 python3 -m pytest -m gpu tests/test_kernels.py -q -p no:cacheprovider \
   --tb=short -k "$DEFAULT_TESTS"
 has defaults && TAIL=30 part standing 200 python3 benchmarks/tune_replay.py --shapes \
   nemotron3-super-mamba2,qwen3.5-122b-gdn,kimi-linear-kda --batch 256 --read none,fp8,fp4 --window 8,16 \
