@@ -681,7 +681,7 @@ def test_default_verify_key_chunk_follows_the_layout():
 @pytest.mark.gpu
 @pytest.mark.parametrize("name,read", [("qwen3.5-122b-gdn", None), ("kimi-linear-kda", None), ("qwen3.5-122b-gdn", "fp8")])
 def test_two_row_loops_short_last_program_gpu(name, read):
-    """The non-flush loop compiled with its pipelining (the defaults: 2 stages; 1 with a read copy or under
+    """The non-flush loop compiled with its pipelining (the defaults: 2 stages, read copy or not; 1 under
     per-channel decay) and 3 pairs a program, so a unit's last program repeats its last pair (NOTE [two row
     loops]); steps across flushes."""
     p = _real_pair(name, B=5, L=3, seed=3, read=read, tiling=dict(block_v=32, items=3))
@@ -697,7 +697,7 @@ def test_flush_launch_gpu(name, read, replay_launches_run):
     """The flushing rows' launch of one pair a program, then the others' (NOTE [flush launch]), at real shapes:
     steps across flushes with padding rows, a verify between them. Mamba-2's key-contiguous tiles split their rows
     by default on a 4-bit copy only; its fp8 row asks (``test_flush_launch``)."""
-    ask = REAL[name][-1] == "vk" and read != "fp4"
+    ask = read is None or (REAL[name][-1] == "vk" and read != "fp4")  # not a default there
     p = _real_pair(name, B=5, L=3, seed=4, read=read, tiling=dict(flush_items=1, nonflush_stages=1) if ask else {})
     slots = torch.tensor([4, -1, 0, 2, 1, 3], device=DEVICE)
     for T in (1, 1, 1, 2, 1, 1, 1):
@@ -865,20 +865,20 @@ def test_fold_unrolling_rule_and_override(replay_launches):
 
 def test_two_row_loops_rule_and_override(replay_launches):
     """One-token ``kv`` calls give non-flush rows a loop of their own, pipelined over 2 stages and up to 8 pairs a
-    program without a read copy or per-channel decay (1 stage, 4 pairs with either); ``vk`` tiles only on a 4-bit
-    copy (1 stage); an explicit ``nonflush_stages`` reaches the launch (NOTE [two row loops])."""
+    program, read copy or not, except under per-channel decay (1 stage, 4 pairs); ``vk`` tiles only on a 4-bit copy
+    (1 stage); an explicit ``nonflush_stages`` reaches the launch (NOTE [two row loops])."""
     from replay_compile.templates import replay
 
     spec = replay.ReplaySpec(decay="scalar", delta=True, raw=False, layout="kv", window=16, k_heads=2,
                              read_format=None, stochastic_rounding=False, seed=0)
     tile = lambda T, **kw: replay.tiling(dataclasses.replace(spec, **kw), 128, 128, 256, 8, T)
     stages = lambda T, **kw: tile(T, **kw).nonflush_stages
-    assert stages(1) == 2 and stages(1, read_format="fp8") == 1 and stages(1, read_format="fp4") == 1
+    assert stages(1) == 2 and stages(1, read_format="fp8") == 2 and stages(1, read_format="fp4") == 2
     assert stages(1, decay="channel") == 1 and stages(1, decay="channel", read_format="fp8") == 1
     assert stages(1, layout="vk", read_format="fp4") == 1 and stages(4, layout="vk", read_format="fp4") == 0
     assert stages(4) == 0 and stages(1, layout="vk") == 0 and stages(1, layout="vk", read_format="fp8") == 0
     # a key group of 4 heads x 4 value tiles of 32: 8 pairs a program only on the pipelined loop
-    assert tile(1).items == 8 and tile(1, read_format="fp8").items == 4 and tile(4).items == 4
+    assert tile(1).items == 8 and tile(1, read_format="fp8").items == 8 and tile(4).items == 4
     assert tile(1, decay="channel").items == 4 and tile(1, layout="vk").items == 4
     p = Pair("gated_deltanet", B=2, H=2, Hk=1, K=4, V=3, L=4, generator=torch.Generator().manual_seed(5))
     for kw, want in ((dict(), (True, 2)), (dict(nonflush_stages=0), (False, 1)), (dict(nonflush_stages=3), (True, 3))):

@@ -83,7 +83,7 @@ A one-token call on ``kv`` tiles (GDN, KDA steps) runs its (head, value tile) pa
 picked per row: rows that flush take the loop with the folds and the barriers they need, the others a loop
 without them. Triton's software pipeliner skips a loop that holds a barrier, so only the second can prefetch
 the next pair's tile into shared memory (cp.async, ``num_stages`` 2) over up to 8 pairs a program
-(``MAX_PIPELINED_ITEMS``); with a read copy, and under per-channel decay, it runs unpipelined (1 stage). Steps on
+(``MAX_PIPELINED_ITEMS``), read copy or not; under per-channel decay it runs unpipelined (1 stage). Steps on
 ``vk`` tiles keep one loop, except on a 4-bit copy (NOTE [flush launch]).
 Where a unit's last program has fewer pairs than ``ITEMS``, the non-flush loop repeats its last pair instead
 of branching around the missing ones (a branch would keep the loads from being pipelined; the repeat writes
@@ -95,14 +95,14 @@ made slower: Mamba-2 (``vk``) 345.2 -> 368.2 / 470.2, verify T = 8 (GDN 2996 -> 
 At L = 8 (2026-12-04, ``tune_replay.py --window 8 --stages=1,2,3 --items 0,8`` at ``e35d617``): GDN 1 / 2 / 3
 stages 417.6 / 400.8 / 404.3 us, with 8 pairs 391.5 / **375.3** / 382.1; KDA (4 pairs a unit, so 8 changes
 nothing) **221.1** / 228.7 / 234.1, hence 1 stage under per-channel decay (it also won at L = 16 above). Mamba-2
-split at a cap of 168 registers lost again (L = 8: 345.6 / 379.1 / 457.1 against one loop's 331.0). Read copies run
-1 stage. Since their flushing rows got a launch of their own (NOTE [flush launch]) 2 stages (8 pairs) win for GDN's
-and lose for KDA's; GDN's stay at 1 until the pipelined copy loop has passed its GPU tests (opt in with
-``nonflush_stages=2``; ``PARTS=defaults bash benchmarks/gpu/verify_next.sh`` after making it the default): H100,
-batch 256, step (non-flush) us, 1 -> 2 stages (2026-12-07, ``tune_replay.py --stages=-1,2`` at ``6a6b7b0``): GDN fp8
-L = 8 414.2 -> 409.2, L = 16 392.0 (283.9) -> **378.0 (273.5)**, 4-bit L = 8 472.6 -> 455.8, L = 16 428.7 (301.1) ->
-**412.1 (277.2)**; KDA fp8 L = 16 241.2 -> 281.9, 4-bit 266.6 -> 277.6. Value tiles of 16 or 64 lost at either stage
-count (GDN fp8 L = 16: 575.7 and 1081.7 us at 2 stages).
+split at a cap of 168 registers lost again (L = 8: 345.6 / 379.1 / 457.1 against one loop's 331.0). Read copies ran
+1 stage until their flushing rows got a launch of their own (NOTE [flush launch]); since then 2 stages (8 pairs) win
+for GDN's and lose for KDA's (GPU tests of the pipelined copy loop: ``PARTS=defaults bash
+benchmarks/gpu/verify_next.sh``): H100, batch 256, step (non-flush) us, 1 -> 2 stages (2026-12-07,
+``tune_replay.py --stages=-1,2`` at ``6a6b7b0``): GDN fp8 L = 8 414.2 -> 409.2, L = 16 392.0 (283.9) -> **378.0
+(273.5)**, 4-bit L = 8 472.6 -> 455.8, L = 16 428.7 (301.1) -> **412.1 (277.2)**; KDA fp8 L = 16 241.2 -> 281.9,
+4-bit 266.6 -> 277.6. Value tiles of 16 or 64 lost at either stage count (GDN fp8 L = 16: 575.7 and 1081.7 us at 2
+stages).
 
 # NOTE [flush launch]
 Where non-flush rows loop apart (NOTE [two row loops]: by default one-token ``kv`` calls, materialize included),
@@ -745,7 +745,7 @@ def tiling(spec: ReplaySpec, K: int, V: int, rows: int, Hv: int, T: int, block_v
         if T > 1:
             nonflush_stages = 0
         elif spec.layout == "kv":
-            nonflush_stages = 1 if spec.read_format or spec.decay == "channel" else 2
+            nonflush_stages = 1 if spec.decay == "channel" else 2
         else:  # vk: only a 4-bit copy's flushing rows are worth a launch of their own (NOTE [flush launch])
             nonflush_stages = 1 if spec.read_format == "fp4" else 0
     if items is None:
