@@ -1,10 +1,11 @@
 """The chunked verify template: a speculative verify of ``T`` draft tokens as small matrix products.
 
-Status (2026-12-06): the default verify of scalar-decay families on bf16 activations, T <= 8 (1-warp programs
-of bf16 products, NOTE [default verify]: 1.23x / 1.36x one standard step at T = 8 for Mamba-2 / GDN on an H100,
-where the token loop takes 2.21x / 4.18x); opt-in elsewhere (``ReplayState(verify_form=...)``, ``advance_into(...,
-chunked=True)``). Every tiling of the GPU tests passed on an H100, bf16x3 at 4 warps since NOTE [prefetched operands
-read in place]. 8 warps on value tiles of 64 made an illegal memory access (NOTE [verify warps], refused since).
+Status (2026-12-08): the default verify of scalar-decay families, T <= 8 (1-warp programs of bf16 products,
+NOTE [default verify]: 1.23x / 1.36x one standard step at T = 8 for Mamba-2 / GDN on an H100, where the token loop
+takes 2.21x / 4.18x), and of KDA on bf16 activations at T = 8 (2-warp programs, one a head: 2.72x, token loop
+4.61x); opt-in elsewhere (``ReplayState(verify_form=...)``, ``advance_into(..., chunked=True)``). Every tiling of
+the GPU tests passed on an H100, bf16x3 at 4 warps since NOTE [prefetched operands read in place]. 8 warps on
+value tiles of 64 made an illegal memory access (NOTE [verify warps], refused since).
 
 One program owns one row, one value head and one value tile ``[BV]``. It walks the checkpoint's key axis in
 chunks of ``BKC`` keys and takes every read the call needs from each chunk at once, as products on the tensor
@@ -400,7 +401,11 @@ _UPD = {"tf32": "tf32x3", "bf16": "bf16x3", "bf16x2": "bf16x3"}
 #   fp32 activations, bf16x3 (2026-12-06): Mamba-2 1545 / 862 -> 990 / 813, GDN 2643 / 1310 -> 1085 / 1012 (their
 #     GPU tests passed on 2026-12-07, verify_next.sh)
 #   KDA, bf16 (2026-12-07, verify_next.sh): token loop 1776 (4.61x) / 868; bf16x3 1184 (3.08x) / 1010, bf16x2 1248
-#     / 1023: the token loop stays faster at T = 4, hence 8 drafts the fewest (5-7 not timed)
+#     / 1023: the token loop stays faster at T = 4, hence 8 drafts the fewest (5-7 not timed). One program a head
+#     (2026-12-08, ``PARTS=kda``): 2 warps on value tiles of 128, bf16x3, **1037.5 (2.72x)** / 891.9 against 1 warp on
+#     tiles of 64 1167.9 / 862.8 (token loop at T = 4); 4 warps 1846.8, 2 warps on tiles of 64 1517.3. Per-channel
+#     decay factors ([BT, BKC, BT] a key chunk) no longer repeat in each value tile's program; Nsight Compute on the
+#     1-warp form: 12.5% occupancy (registers, shared memory), one instruction issued every 2.6 cycles a scheduler
 #   Mamba-2, bf16, windows of up to 16 (``_WIDE_KEY_CHUNK``, 2026-12-07 second run, H100): chunks of 32 keys.
 # bf16x2 rounds only the outputs' reads (~1e-5 of them, far under the bf16 activations' own 4e-3; the checkpoint
 # and ring stay exact, NOTE [verify product precision]); GDN takes bf16x3, fastest at T = 8 and exact, and so do
@@ -413,7 +418,7 @@ _DEFAULT_TILING: dict = {  # (decay, delta rule, activations' dtype) -> tiling k
     ("scalar", True, torch.bfloat16): dict(_ONE_WARP, dot="bf16x3"),
     ("scalar", False, torch.float32): dict(_ONE_WARP, dot="bf16x3"),
     ("scalar", True, torch.float32): dict(_ONE_WARP, dot="bf16x3"),
-    ("channel", True, torch.bfloat16): dict(_ONE_WARP, dot="bf16x3"),
+    ("channel", True, torch.bfloat16): dict(key_chunk=16, num_warps=2, block_v=128, dot="bf16x3"),
 }
 _FEWEST_TOKENS: dict = {("channel", True, torch.bfloat16): 8}  # entries whose token loop wins below this many drafts
 
