@@ -7,8 +7,10 @@
 # list lost, rebased since), nfcheck there too (tests passed; 4 warps lost); they stay to repeat after a change to these kernels.
 # Parts products and copydots ran on an H200 in the thirty-fourth session, lost, and left with their patches
 # (benchmarks/experiments/2026-12-07_raw_fold_as_products.patch, ..._copy_reads_as_products.patch).
-# probe, ncucopy, m2flush and nfstages ran on an H100 in the thirty-fifth (m2flush's split became the default; nfstages'
-# 2 stages won for GDN's copies and wait for defaults, their GPU tests, after turning them on in replay.tiling). items, verifyw, fla, unroll, fanx and fanxtests have not run (fanx's fan-outs are the flush launch's forerunners: time them only beside it).
+# probe, ncucopy, m2flush and nfstages ran on an H100 in the thirty-fifth (m2flush's split became the default),
+# dtests, kda, ncuverify and nf64 in the thirty-sixth (GDN's 2-stage copies and KDA's one-program-a-head verify became
+# defaults; nf64 lost). items, verifyw, fla, unroll, fanx and fanxtests have not run (fanx's fan-outs are the flush
+# launch's forerunners: time them only beside it).
 #   tests   the fp32-activation verify tests (the default table's fp32 entries rest on them), and the
 #           chunked verify's GDN / KDA tilings timed below (TESTS=copies: the read-copy tests instead, TESTS=all: both)
 #   gdn     GDN verify tilings around the default (T = 8 stood at 1.36x one standard step on an H100; asked <= 1.3x)
@@ -97,7 +99,7 @@
 set -u
 source "$(dirname "$0")/part.sh"
 gpu_setup verify_next_log.txt "${1:-}"
-PARTS=${PARTS:-"defaults"}  # ~6 min on a cold machine (then verifyw fla on an H200, flushwl, unroll)
+PARTS=${PARTS:-"defaults"}  # ~6 min on a cold machine (on an H200 then: fla spec, verifyw; flushwl, unroll)
 has() { [[ " $PARTS " == *" $1 "* ]]; }
 COPY_TESTS="read_copies_and_rounding_gpu or two_row_loops_short_last_program_gpu or e2m1 or e4m3"
 VERIFY_TESTS="chunked_verify_gpu_fp32_activations or (chunked_verify_gpu and (gdn or kda))"
