@@ -132,6 +132,8 @@ def main(argv=None) -> int:
                    "the flushing rows have their own (0: the default, NONFLUSH_REGISTERS or --maxnreg's)")
     p.add_argument("--nonflush-warps", type=int, default=0, help="warps of the non-flush rows' launch where the "
                    "flushing rows have their own (0: those of the flushing rows' launch)")
+    p.add_argument("--nonflush-block-v", type=int, default=0, help="value tile of the non-flush rows' launch where "
+                   "the flushing rows have their own (0: that of the flushing rows' launch)")
     p.add_argument("--verify-form", default="auto", help="verify calls' template and tiling (tune_replay.py's "
                    "--verify-form, one variant)")
     p.add_argument("--activations", choices=("bf16", "fp32"), default="bf16",
@@ -162,6 +164,7 @@ def main(argv=None) -> int:
                                      flush_items=None if args.flush_items < 0 else args.flush_items,
                                      nonflush_registers=args.nonflush_maxnreg or None,
                                      nonflush_warps=args.nonflush_warps or None,
+                                     nonflush_block_v=args.nonflush_block_v or None,
                                      **verify_form(args.verify_form))
             labels += [("commit" if commit else "no commit") + {1: ", flushing rows", 2: ", other rows"}.get(
                 kw.get("ROWS"), "") for _, _, kw in calls[n:]]

@@ -69,6 +69,8 @@ def main(argv=None) -> int:
                    "on calls of one launch)")
     p.add_argument("--nonflush-warps", type=comma_list(int), default=[0], help="warps of the non-flush rows' launch "
                    "where the flushing rows have their own (0: those of the flushing rows' launch)")
+    p.add_argument("--nonflush-block-v", type=comma_list(int), default=[0], help="value tile of the non-flush rows' "
+                   "launch where the flushing rows have their own (0: that of the flushing rows' launch)")
     p.add_argument("--verify", type=comma_list(int), default=[])
     p.add_argument("--verify-window", type=comma_list(int), default=[16], help="verify rows use L = w + T for each w "
                    "(as bench kernels)")
@@ -97,13 +99,15 @@ def main(argv=None) -> int:
         print(f"{name} ({shape.layout}) B={B} standard {std_us:.1f} us {std_bytes / std_us / 1e3 / bw:.0%} bw")
         rows.append(dict(shape=name, layout=shape.layout, batch=B, kind="standard", us=std_us))
         xt = type(x)(*(None if f is None else f[:, None] for f in x))
-        for read, L, bv, nw, mr, it, fu, st, fi, nr, nn in itertools.product(
+        for read, L, bv, nw, mr, it, fu, st, fi, nr, nn, nb in itertools.product(
                 [] if args.no_steps else args.read, args.window, args.block_v, args.warps, args.maxnreg, args.items,
-                args.fold_unroll, args.stages, args.flush_items, args.nonflush_maxnreg, args.nonflush_warps):
+                args.fold_unroll, args.stages, args.flush_items, args.nonflush_maxnreg, args.nonflush_warps,
+                args.nonflush_block_v):
             rs = staggered_replay_state(shape, B, L, "cuda", read)
             out = torch.empty(B, 1, rs.num_heads, rs.head_v, device="cuda")
             kw = {k: val for k, val in (("block_v", bv), ("num_warps", nw), ("max_registers", mr), ("items", it),
-                                        ("fold_unroll", fu), ("nonflush_registers", nr), ("nonflush_warps", nn))
+                                        ("fold_unroll", fu), ("nonflush_registers", nr), ("nonflush_warps", nn),
+                                        ("nonflush_block_v", nb))
                   if val}
             if st >= 0:
                 kw["nonflush_stages"] = st
@@ -120,13 +124,13 @@ def main(argv=None) -> int:
             nf_bytes = B * ((read_b or state_bytes(shape)) + record_bytes(shape, fam, rs.raw_fold) * (L - 1) / 2) + io_bytes(x)
             r = dict(shape=name, layout=shape.layout, batch=B, kind="replay", read=read, L=L, block_v=bv, warps=nw,
                      maxnreg=mr, items=it, fold_unroll=fu, stages=st, flush_items=fi, nonflush_maxnreg=nr,
-                     nonflush_warps=nn,
+                     nonflush_warps=nn, nonflush_block_v=nb,
                      step_us=step_us,
                      nf_us=nf_us, step_bw=step_bytes / step_us / 1e3 / bw, nf_bw=nf_bytes / nf_us / 1e3 / bw,
                      speedup=std_us / step_us,
                      ceiling=std_us * bw * 1e3 / step_bytes)  # the speedup of a step at 100% of copy bandwidth
             rows.append(r)
-            print(f"  {read:5s} L={L:2d} bv={bv:3d} nw={nw} mr={mr} it={it} fu={fu} st={st} fi={fi} nr={nr} nn={nn}: "
+            print(f"  {read:5s} L={L:2d} bv={bv:3d} nw={nw} mr={mr} it={it} fu={fu} st={st} fi={fi} nr={nr} nn={nn} nb={nb}: "
                   f"step {step_us:7.1f} us ({r['step_bw']:.0%} bw, "
                   f"{r['speedup']:.2f}x std of {r['ceiling']:.2f}x)  non-flush {nf_us:7.1f} us ({r['nf_bw']:.0%} bw)",
                   flush=True)

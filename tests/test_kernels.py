@@ -709,6 +709,19 @@ def test_flush_launch_gpu(name, read, replay_launches_run):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("name,read", [("qwen3.5-122b-gdn", "fp8"), ("qwen3.5-122b-gdn", "fp4"),
+                                       ("kimi-linear-kda", "fp8")])
+def test_nonflush_value_tile_gpu(name, read, replay_launches_run):
+    """The non-flush rows' launch on value tiles of 64 (2 warps, the default pipelining), the flushing rows' on the
+    default tile, at real shapes across flushes (``test_nonflush_value_tile``)."""
+    p = _real_pair(name, B=5, L=3, seed=5, read=read, tiling=dict(nonflush_block_v=64, nonflush_registers=128))
+    slots = torch.tensor([4, -1, 0, 2, 1, 3], device=DEVICE)
+    for _ in range(7):
+        p.step(slots=slots)
+    assert {launch["BV"] for launch in replay_launches_run if launch["ROWS"] == 2} == {64}
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("name,read,ckpt", [("nemotron3-super-mamba2", "fp8", torch.float32),
                                             ("qwen3.5-4b-gdn", "fp4", torch.float32),
                                             ("kimi-linear-kda", "fp16", torch.bfloat16)])
@@ -949,6 +962,40 @@ def test_flush_launch_rule(replay_launches):
         assert [launch["ROWS"] for launch in replay_launches] == want, (T, kw, replay_launches)
         if want == [1, 2]:
             assert replay_launches[0]["ITEMS"] == 1
+
+
+@pytest.mark.parametrize("family,read,layout,flush_bv,nonflush_bv", [
+    ("gated_deltanet", "fp8", "kv", 2, 4), ("kda", "fp4", "kv", 4, 2), ("mamba2", "fp4", "vk", 2, 4)])
+def test_nonflush_value_tile(family, read, layout, flush_bv, nonflush_bv, replay_launches_run):
+    """The non-flush rows' launch on a value tile of its own (``nonflush_block_v``, NOTE [flush launch]): steps across
+    flushes, padding rows and a forced flush, with value tiles of 2 (a short last tile over V = 3) in one launch and 4
+    (one tile) in the other; each launch gets its own tile and the grid it makes."""
+    g = torch.Generator().manual_seed(70 + FAMILIES.index(family))
+    K = 16 if read == "fp4" else 4  # e2m1 blocks of 16 keys
+    p = Pair(family, B=3, H=4, Hk=2, K=K, V=3, L=3, layout=layout, read=read, generator=g,
+             tiling=dict(block_v=flush_bv, nonflush_block_v=nonflush_bv, items=3, flush_items=1, nonflush_stages=1))
+    slots = torch.tensor([2, -1, 0, 1], device=DEVICE)
+    for T in (1, 1, 1, 1, 0, 1):
+        p.step(slots=slots, force_flush=T == 0)
+    tiles = {(launch["ROWS"], launch["BV"]) for launch in replay_launches_run}
+    assert tiles == {(1, flush_bv), (2, nonflush_bv)}, tiles
+
+
+def test_nonflush_value_tile_rule():
+    """``nonflush_block_v`` sets the tile (and the pairs, ``items`` and ``parts``) of the non-flush rows' launch only
+    where the flushing rows have their own; a call of one launch keeps ``BV`` for both."""
+    from replay_compile.templates import replay
+
+    spec = replay.ReplaySpec(decay="scalar", delta=True, raw=False, layout="kv", window=16, k_heads=2,
+                             read_format="fp8", stochastic_rounding=False, seed=0)
+    tile = lambda **kw: replay.tiling(spec, 128, 128, 256, 8, 1, **kw)
+    base, wide = tile(), tile(nonflush_block_v=64)
+    assert base.flush_items and base.nonflush_BV == base.BV == wide.BV == 32 and wide.nonflush_BV == 64
+    assert (wide.flush_items, wide.flush_parts) == (base.flush_items, base.flush_parts)
+    assert wide.items * wide.parts >= 4 * 2 > (wide.items) * (wide.parts - 1)  # a unit: 4 heads x 2 tiles of 64
+    one = tile(nonflush_block_v=64, flush_items=0)
+    assert one.nonflush_BV == one.BV == 32 and (one.items, one.parts) == (tile(flush_items=0).items,
+                                                                          tile(flush_items=0).parts)
 
 
 def test_exact_zero_decays_in_verify():

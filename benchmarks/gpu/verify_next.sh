@@ -76,6 +76,9 @@
 #            (37% of bandwidth on the H200, 2026-12-07; tensor-core reads made it slower, so not the FMAs: which
 #            stalls?), its flushing rows' launch (~105 us of its 378 us step at L = 16), KDA fp8's non-flush launch.
 #            Sections as ncu_replay.sh; ~3 min
+#   nfbv     read-copy steps of GDN / KDA with the non-flush rows' launch alone on value tiles of 64
+#            (``nonflush_block_v``; nf64 put both launches there and lost to the flushing rows' launch), caps 96 / 128,
+#            after its GPU tests; ~5 min
 #   ncuverify Nsight Compute on the default verify of 8 drafts at L = 24 (window 16 + T): KDA's chunked verify stood
 #            at 4.13x one standard step on the H200 (GDN 1.82x; asked <= 1.3x) with its per-channel decay factors
 #            ([BT, BKC, BT] a key chunk) recomputed in every value tile's program: compute, latency or memory? ~2 min
@@ -94,7 +97,7 @@
 #            program, contiguous values a load, stages: can any tiling read the copy near the bandwidth? ~3 min
 #   keychunk the GPU tests of Mamba-2's default verify on key-contiguous states in chunks of 32 keys (NOTE
 #           [key-contiguous chunks]) and of the default verify's table (20 s on an H100, 2026-12-07)
-# Usage: [FAN_WINDOWS=8] [PARTS="defaults dtests nf64 ncuverify probe tests gdn kda copies spec fan fantests items prefold spec16 keychunk nfcap nfcheck ncucopy nfstages m2flush verifyw fla unroll flushwl fanx fanxtests"] [TESTS=verify|copies|all] bash benchmarks/gpu/verify_next.sh [commit]
+# Usage: [FAN_WINDOWS=8] [PARTS="defaults dtests nfbv nf64 ncuverify probe tests gdn kda copies spec fan fantests items prefold spec16 keychunk nfcap nfcheck ncucopy nfstages m2flush verifyw fla unroll flushwl fanx fanxtests"] [TESTS=verify|copies|all] bash benchmarks/gpu/verify_next.sh [commit]
 # (writes under $OUT; ~15 min with every part: call it in two parts)
 set -u
 source "$(dirname "$0")/part.sh"
@@ -172,6 +175,10 @@ has defaults && TAIL=30 part standing 200 python3 benchmarks/tune_replay.py --sh
   --out "$OUT/standing.json"
 has nf64 && TAIL=36 part nf64 200 python3 benchmarks/tune_replay.py $KV_SHAPES --read fp8,fp4 --window 8,16 \
   --block-v 64 --warps 2 --maxnreg 255 --nonflush-maxnreg 128,112 --stages=-1,2 --out "$OUT/nonflush_tiles64.json"
+has nfbv && TAIL=4 part nfbv_tests 150 python3 -m pytest -m gpu tests/test_kernels.py -q -p no:cacheprovider \
+  --tb=short -k "nonflush_value_tile_gpu"
+has nfbv && TAIL=36 part nfbv 200 python3 benchmarks/tune_replay.py $KV_SHAPES --read fp8,fp4 --window 8,16 \
+  --nonflush-block-v 0,64 --nonflush-maxnreg 0,128 --out "$OUT/nonflush_block_v.json"
 has verifyw && TAIL=16 part verifyw 150 python3 benchmarks/tune_replay.py --shapes \
   nemotron3-super-mamba2,qwen3.5-122b-gdn,kimi-linear-kda --batch 256 --no-steps --verify 8,4 --verify-window 8,16 \
   --out "$OUT/verify_windows.json"

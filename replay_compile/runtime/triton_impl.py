@@ -61,7 +61,7 @@ def advance_into(rs, x: Canonical, slots, out: torch.Tensor, *, commit: bool, fo
                  max_registers: Optional[int] = None, items: Optional[int] = None,
                  fold_unroll: Optional[int] = None, nonflush_stages: Optional[int] = None,
                  flush_items: Optional[int] = None, nonflush_registers: Optional[int] = None,
-                 nonflush_warps: Optional[int] = None,
+                 nonflush_warps: Optional[int] = None, nonflush_block_v: Optional[int] = None,
                  chunked: Optional[bool] = None,
                  verify_tiling: Optional[dict] = None) -> torch.Tensor:
     """:func:`advance` writing into ``out [B, T, Hv, V]`` (contiguous, compute dtype); the keywords override
@@ -82,7 +82,8 @@ def advance_into(rs, x: Canonical, slots, out: torch.Tensor, *, commit: bool, fo
     replay.launch(_buffers(rs), spec, x, _slots(slots), out, commit=commit, force_flush=force_flush,
                   materialize=False, block_v=block_v, num_warps=num_warps, max_registers=max_registers,
                   items=items, fold_unroll=fold_unroll, nonflush_stages=nonflush_stages, flush_items=flush_items,
-                  nonflush_registers=nonflush_registers, nonflush_warps=nonflush_warps)
+                  nonflush_registers=nonflush_registers, nonflush_warps=nonflush_warps,
+                  nonflush_block_v=nonflush_block_v)
     return out
 
 

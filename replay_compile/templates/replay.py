@@ -128,7 +128,10 @@ launches are the default for 4-bit copies only, whose one launch dequantized e2m
 against 7368): H100, batch 256, step us, one launch -> two (2026-12-07, ``tune_replay.py --stages 1 --flush-items 1``
 at ``6a6b7b0``): 4-bit L = 8 696.3 -> **471.9**, L = 16 562.0 -> **417.0**; fp8 L = 8 315.1 -> 348.3, L = 16
 303.2 -> 301.2, so fp8 copies keep one launch. (On the H200 the one-launch 4-bit step had lost to the standard
-step: 0.80x at L = 8, 0.99x at 16.)
+step: 0.80x at L = 8, 0.99x at 16.) The two launches may take different value tiles (``nonflush_block_v``, opt in):
+tiles of 64 on 2 warps for both made GDN's fp8 non-flush rows faster (H100, L = 8, ``PARTS=nf64``: 265.5 -> 221.8
+us) and its flushing rows slower (step 407.2 -> 411.2), so the candidate is 64 for the non-flush launch alone (not
+timed yet: ``PARTS=nfbv``).
 
 # NOTE [non-flush register cap]
 Once the fold has a launch of its own (NOTE [flush launch]), the non-flush rows' launch needs far fewer registers
@@ -710,11 +713,13 @@ class Tiling(NamedTuple):
     flush_items: int  # 0: one launch; n > 0: the flushing rows first, in a launch of n pairs a program (NOTE [flush launch])
     flush_parts: int  # programs per unit of that launch
     nonflush_registers: Optional[int]  # register cap of the launch after it (NOTE [non-flush register cap])
+    nonflush_BV: int  # value tile of the launch that ``items`` and ``parts`` describe (``BV`` unless two launches)
 
 
 def tiling(spec: ReplaySpec, K: int, V: int, rows: int, Hv: int, T: int, block_v: Optional[int] = None,
            items: Optional[int] = None, fold_unroll: Optional[int] = None,
-           nonflush_stages: Optional[int] = None, flush_items: Optional[int] = None) -> Tiling:
+           nonflush_stages: Optional[int] = None, flush_items: Optional[int] = None,
+           nonflush_block_v: Optional[int] = None) -> Tiling:
     """How a call of ``T`` tokens over ``rows`` rows is cut into programs (:class:`Tiling`).
 
     Value tiles of ~4K elements, halved while the grid would leave SMs idle; every tile holds all keys,
@@ -732,6 +737,9 @@ def tiling(spec: ReplaySpec, K: int, V: int, rows: int, Hv: int, T: int, block_v
     424 -> 381; verify T = 8 Mamba-2 2145 -> 1526, GDN 3918 -> 3046. 8 warps, 1-warp programs (value tiles
     of 8 or 16) and caps of 96 or 255 were all slower (``benchmarks/gpu/sweep_tiling.sh`` sweeps around
     these defaults).
+
+    Where the flushing rows have a launch of their own (NOTE [flush launch]), ``nonflush_block_v`` gives the other
+    rows' launch a value tile of its own (by default both take ``BV``); ``items`` and ``parts`` are that launch's.
     """
     BK = max(triton.next_power_of_2(K), 16 if spec.read_format == "fp4" else 1)  # e2m1 blocks of 16 keys
     BV = block_v or min(triton.next_power_of_2(V), max(16, 4096 // BK))
@@ -740,7 +748,8 @@ def tiling(spec: ReplaySpec, K: int, V: int, rows: int, Hv: int, T: int, block_v
     num_warps = 16 if BK * BV >= 16384 else (8 if BK * BV >= 8192 else 2)
     cap = (168 if T <= 1 and spec.layout == "kv" else 128) if num_warps == 2 else None
     units = Hv if spec.decay == "channel" else spec.k_heads
-    per_unit = Hv // units * triton.cdiv(V, BV)
+    pairs = lambda bv: Hv // units * triton.cdiv(V, bv)  # (value head, value tile) pairs of a unit
+    per_unit = pairs(BV)
     if nonflush_stages is None:  # NOTE [two row loops]
         if T > 1:
             nonflush_stages = 0
@@ -748,20 +757,22 @@ def tiling(spec: ReplaySpec, K: int, V: int, rows: int, Hv: int, T: int, block_v
             nonflush_stages = 1 if spec.decay == "channel" else 2
         else:  # vk: only a 4-bit copy's flushing rows are worth a launch of their own (NOTE [flush launch])
             nonflush_stages = 1 if spec.read_format == "fp4" else 0
-    if items is None:
-        items = min(per_unit, MAX_PIPELINED_ITEMS if nonflush_stages > 1 else MAX_ITEMS)
-        while items > 1 and rows * units * triton.cdiv(per_unit, items) < PROGRAMS:
-            items = triton.cdiv(items, 2)
-    items = max(1, min(items, per_unit))
-    if fold_unroll is None:
-        fold_unroll = 8 if T <= 1 and (spec.read_format is None or spec.layout == "vk") else 1
     if flush_items is None:  # NOTE [flush launch]: read copies (their flushing rows set the step's time)
         flush_items = 1 if spec.read_format else 0
     flush_items = min(flush_items, per_unit) if nonflush_stages > 0 else 0
+    nonflush_BV = (nonflush_block_v or BV) if flush_items else BV
+    nonflush_pairs = pairs(nonflush_BV)
+    if items is None:
+        items = min(nonflush_pairs, MAX_PIPELINED_ITEMS if nonflush_stages > 1 else MAX_ITEMS)
+        while items > 1 and rows * units * triton.cdiv(nonflush_pairs, items) < PROGRAMS:
+            items = triton.cdiv(items, 2)
+    items = max(1, min(items, nonflush_pairs))
+    if fold_unroll is None:
+        fold_unroll = 8 if T <= 1 and (spec.read_format is None or spec.layout == "vk") else 1
     nonflush_cap = NONFLUSH_REGISTERS if flush_items and cap else cap  # NOTE [non-flush register cap]
     return Tiling(BK, BV, triton.next_power_of_2(spec.window), num_warps, cap, units, items,
-                  triton.cdiv(per_unit, items), fold_unroll, nonflush_stages, flush_items,
-                  triton.cdiv(per_unit, flush_items) if flush_items else 0, nonflush_cap)
+                  triton.cdiv(nonflush_pairs, items), fold_unroll, nonflush_stages, flush_items,
+                  triton.cdiv(per_unit, flush_items) if flush_items else 0, nonflush_cap, nonflush_BV)
 
 
 def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[torch.Tensor], out: Optional[torch.Tensor],
@@ -769,14 +780,14 @@ def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[t
            num_warps: Optional[int] = None, max_registers: Optional[int] = None, items: Optional[int] = None,
            fold_unroll: Optional[int] = None, nonflush_stages: Optional[int] = None,
            flush_items: Optional[int] = None, nonflush_registers: Optional[int] = None,
-           nonflush_warps: Optional[int] = None) -> None:
+           nonflush_warps: Optional[int] = None, nonflush_block_v: Optional[int] = None) -> None:
     """Run one replay call (``x`` inputs ``[B, T, ...]``; ``materialize``: ``x`` is None, no tokens).
 
     One launch of the replay kernel over ``(B, units, parts)`` (:func:`tiling`), after one over ``(B, units,
     flush_parts)`` for the flushing rows where the tiling has ``flush_items`` (NOTE [flush launch]; then
-    ``nonflush_registers`` and ``nonflush_warps`` set the second launch's register cap and warps); the last program of
-    each row moves its cursors (NOTE [the last program moves the cursors]). ``slots [B]`` (int, -1 = padding) or
-    None (row b is slot b); ``out [B, T, Hv, V]`` contiguous.
+    ``nonflush_registers``, ``nonflush_warps`` and ``nonflush_block_v`` set the second launch's register cap, warps
+    and value tile); the last program of each row moves its cursors (NOTE [the last program moves the cursors]).
+    ``slots [B]`` (int, -1 = padding) or None (row b is slot b); ``out [B, T, Hv, V]`` contiguous.
     """
     state, ring = buf.state, buf.ring
     Hv = state.shape[1]
@@ -792,7 +803,7 @@ def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[t
     if B == 0:
         return
     cd = torch.float64 if state.dtype == torch.float64 else torch.float32
-    tile = tiling(spec, K, V, B, Hv, T, block_v, items, fold_unroll, nonflush_stages, flush_items)
+    tile = tiling(spec, K, V, B, Hv, T, block_v, items, fold_unroll, nonflush_stages, flush_items, nonflush_block_v)
     num_warps = num_warps or tile.num_warps
     if not tile.flush_items:  # one launch: the non-flush rows' own settings do not apply
         nonflush_registers, nonflush_warps = None, None
@@ -815,7 +826,7 @@ def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[t
         state.stride(0), state.stride(1), stride_sk, stride_sv)
     constants = dict(
         T=T, L=spec.window, BL=tile.BL, BT=triton.next_power_of_2(max(T, 1)), HV=Hv, GROUP=Hv // spec.k_heads,
-        K=K, V=V, BK=tile.BK, BV=tile.BV, DECAY=_DECAY_CODE[spec.decay], DELTA=spec.delta,
+        K=K, V=V, BK=tile.BK, DECAY=_DECAY_CODE[spec.decay], DELTA=spec.delta,
         RAW=spec.raw, READ=READ_CODES[spec.read_format], READ_KEY_MAJOR=key_major(read), LAYOUT_KV=spec.layout == "kv",
         COMMIT=commit,
         FORCE=force_flush, MATERIALIZE=materialize, HAS_SLOTS=slots is not None, SR=spec.stochastic_rounding,
@@ -824,9 +835,10 @@ def launch(buf: ReplayBuffers, spec: ReplaySpec, x: Canonical, slots: Optional[t
         SPLIT=tile.nonflush_stages > 0, STAGES=max(tile.nonflush_stages, 1))
     cap = lambda registers: dict(maxnreg=registers) if registers else {}  # NOTE [register cap]
     if tile.flush_items:  # NOTE [flush launch]: before the launch that moves the cursors
-        replay_kernel[(B, tile.units, tile.flush_parts)](*args, ITEMS=tile.flush_items, ROWS=1, **constants,
-                                                         num_warps=num_warps, **cap(max_registers))
-    replay_kernel[(B, tile.units, tile.parts)](*args, ITEMS=tile.items, ROWS=2 if tile.flush_items else 0, **constants,
+        replay_kernel[(B, tile.units, tile.flush_parts)](*args, BV=tile.BV, ITEMS=tile.flush_items, ROWS=1,
+                                                         **constants, num_warps=num_warps, **cap(max_registers))
+    replay_kernel[(B, tile.units, tile.parts)](*args, BV=tile.nonflush_BV, ITEMS=tile.items,
+                                               ROWS=2 if tile.flush_items else 0, **constants,
                                                num_warps=nonflush_warps, **cap(nonflush_registers))
 
 
