@@ -130,8 +130,8 @@ def main(argv=None) -> int:
                      speedup=std_us / step_us,
                      ceiling=std_us * bw * 1e3 / step_bytes)  # the speedup of a step at 100% of copy bandwidth
             rows.append(r)
-            print(f"  {read:5s} L={L:2d} bv={bv:3d} nw={nw} mr={mr} it={it} fu={fu} st={st} fi={fi} nr={nr} nn={nn} nb={nb}: "
-                  f"step {step_us:7.1f} us ({r['step_bw']:.0%} bw, "
+            print(f"  {read:5s} L={L:2d} bv={bv:3d} nw={nw} mr={mr} it={it} fu={fu} st={st} fi={fi} nr={nr} nn={nn} "
+                  f"nb={nb}: step {step_us:7.1f} us ({r['step_bw']:.0%} bw, "
                   f"{r['speedup']:.2f}x std of {r['ceiling']:.2f}x)  non-flush {nf_us:7.1f} us ({r['nf_bw']:.0%} bw)",
                   flush=True)
             del rs

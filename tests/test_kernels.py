@@ -696,7 +696,8 @@ def test_two_row_loops_short_last_program_gpu(name, read):
 def test_flush_launch_gpu(name, read, replay_launches_run):
     """The flushing rows' launch of one pair a program, then the others' (NOTE [flush launch]), at real shapes:
     steps across flushes with padding rows, a verify between them. Mamba-2's key-contiguous tiles split their rows
-    by default on a 4-bit copy only; its fp8 row asks (``test_flush_launch``)."""
+    by default on a 4-bit copy only; its fp8 row asks, and so does KDA without a copy (one launch by default there,
+    ``test_flush_launch_rule``)."""
     ask = read is None or (REAL[name][-1] == "vk" and read != "fp4")  # not a default there
     p = _real_pair(name, B=5, L=3, seed=4, read=read, tiling=dict(flush_items=1, nonflush_stages=1) if ask else {})
     slots = torch.tensor([4, -1, 0, 2, 1, 3], device=DEVICE)
@@ -965,14 +966,15 @@ def test_flush_launch_rule(replay_launches):
 
 
 @pytest.mark.parametrize("family,read,layout,flush_bv,nonflush_bv", [
-    ("gated_deltanet", "fp8", "kv", 2, 4), ("kda", "fp4", "kv", 4, 2), ("mamba2", "fp4", "vk", 2, 4)])
+    ("gated_deltanet", "fp8", "kv", 2, 4), ("kda", "fp4", "kv", 8, 4), ("mamba2", "fp4", "vk", 4, 8)])
 def test_nonflush_value_tile(family, read, layout, flush_bv, nonflush_bv, replay_launches_run):
     """The non-flush rows' launch on a value tile of its own (``nonflush_block_v``, NOTE [flush launch]): steps across
-    flushes, padding rows and a forced flush, with value tiles of 2 (a short last tile over V = 3) in one launch and 4
-    (one tile) in the other; each launch gets its own tile and the grid it makes."""
+    flushes, padding rows and a forced flush, V = 9 in tiles of 2, 4 or 8 (short last tiles), 3 pairs a program (a
+    unit's last program short of pairs in the launches of 2 value heads a unit); each launch gets its own tile and
+    the grid it makes."""
     g = torch.Generator().manual_seed(70 + FAMILIES.index(family))
     K = 16 if read == "fp4" else 4  # e2m1 blocks of 16 keys
-    p = Pair(family, B=3, H=4, Hk=2, K=K, V=3, L=3, layout=layout, read=read, generator=g,
+    p = Pair(family, B=3, H=4, Hk=2, K=K, V=9, L=3, layout=layout, read=read, generator=g,
              tiling=dict(block_v=flush_bv, nonflush_block_v=nonflush_bv, items=3, flush_items=1, nonflush_stages=1))
     slots = torch.tensor([2, -1, 0, 1], device=DEVICE)
     for T in (1, 1, 1, 1, 0, 1):
@@ -996,6 +998,8 @@ def test_nonflush_value_tile_rule():
     one = tile(nonflush_block_v=64, flush_items=0)
     assert one.nonflush_BV == one.BV == 32 and (one.items, one.parts) == (tile(flush_items=0).items,
                                                                           tile(flush_items=0).parts)
+    with pytest.raises(ValueError, match="power of two"):
+        tile(nonflush_block_v=48)
 
 
 def test_exact_zero_decays_in_verify():

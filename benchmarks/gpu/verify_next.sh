@@ -14,8 +14,8 @@
 #   tests   the fp32-activation verify tests (the default table's fp32 entries rest on them), and the
 #           chunked verify's GDN / KDA tilings timed below (TESTS=copies: the read-copy tests instead, TESTS=all: both)
 #   gdn     GDN verify tilings around the default (T = 8 stood at 1.36x one standard step on an H100; asked <= 1.3x)
-#   kda     KDA's verify (default: chunked, 1 warp, value tiles of 64, from 8 drafts) against one program a head
-#           (value tiles of 128 on 2 or 4 warps: no duplicated per-channel decay factors, no spills; ~2 min)
+#   kda     KDA's verify (default since the thirty-sixth session: chunked from 8 drafts, 2 warps on value tiles of
+#           128, one program a head) against the 1-warp tiles of 64 it replaced and other one-program-a-head forms; ~2 min
 #   copies  read-copy steps of GDN / KDA with the non-flush loop pipelined (2 stages), which lost before the copies
 #           went key-major (NOTE [two row loops]), and fp8 tiles of 64 values on 4 warps (more bytes in flight)
 #   spec    issue 6's speculative grid at batch 256 with the default verify, window $SPEC_WINDOW (16: where the
@@ -79,9 +79,9 @@
 #   nfbv     read-copy steps of GDN / KDA with the non-flush rows' launch alone on value tiles of 64
 #            (``nonflush_block_v``; nf64 put both launches there and lost to the flushing rows' launch), caps 96 / 128,
 #            after its GPU tests; ~5 min
-#   ncuverify Nsight Compute on the default verify of 8 drafts at L = 24 (window 16 + T): KDA's chunked verify stood
-#            at 4.13x one standard step on the H200 (GDN 1.82x; asked <= 1.3x) with its per-channel decay factors
-#            ([BT, BKC, BT] a key chunk) recomputed in every value tile's program: compute, latency or memory? ~2 min
+#   ncuverify Nsight Compute on the default verify of 8 drafts at L = 24 (window 16 + T) of KDA and GDN: both were
+#            latency-bound at 12.5% occupancy (255 registers) on an H100 (2026-12-08, KDA then on 1-warp tiles of 64,
+#            since on one 2-warp program a head); asked <= 1.3x one standard step (H200: KDA 4.13x, GDN 1.82x). ~2 min
 #   verifyw  verify of 4 and 8 drafts at windows 8 and 16 (L = w + T) for the three shapes: on the H200 (2026-12-07,
 #            window 16) Mamba-2 1.47x, GDN 1.82x, KDA 4.13x one standard step, where the H100 had GDN at 1.23-1.29x
 #            at window 8 (asked <= 1.3x), ~2 min
@@ -113,10 +113,11 @@ ONE="nw=1,bt=8"
 GDN_FORMS=${GDN_FORMS:-"tokens;chunked:dot=bf16x3,$ONE,kc=16;chunked:dot=bf16x3,$ONE,kc=32;chunked:dot=bf16x3,$ONE,kc=16,bv=32;chunked:dot=bf16x2,$ONE,kc=32;chunked:dot=bf16x3,$ONE,kc=16,bv=128;chunked:dot=bf16x3,$ONE,kc=16,mr=128"}
 has gdn && TAIL=20 part gdn 150 python3 benchmarks/tune_replay.py --shapes qwen3.5-122b-gdn --batch 256 --no-steps \
   --verify 8,4 --verify-window 16 --verify-form "$GDN_FORMS" --out "$OUT/verify_gdn.json"
-# KDA's default (1 warp, value tiles of 64) against one program a head: sm_90, T = 8, L = 24: 1 warp 13912 SASS
-# instructions, 255 registers, 72 bytes spilled, against 4 warps on tiles of 128 4832 / 253 / none (2 warps: 8320, 36)
+# KDA's default (auto: 2 warps on tiles of 128) against the 1-warp tiles of 64 it replaced and its neighbours: sm_90,
+# T = 8, L = 24: 2 warps 8320 SASS instructions, 255 registers, 36 bytes spilled; 1 warp 13912 / 255 / 72; 4 warps on
+# tiles of 128 4832 / 253 / none (slowest on an H100)
 B3="chunked:dot=bf16x3,bt=8,kc=16"
-KDA_WIDE="$B3,nw=4,bv=128;$B3,nw=2,bv=128;$B3,nw=2,bv=64;chunked:dot=bf16x2,bt=8,kc=16,nw=4,bv=128"
+KDA_WIDE="$B3,nw=1;$B3,nw=4,bv=128;$B3,nw=2,bv=64;chunked:dot=bf16x2,bt=8,kc=16,nw=2,bv=128"
 has kda && TAIL=4 part kda_tests 150 python3 -m pytest -m gpu tests/test_kernels.py -q -p no:cacheprovider --tb=short \
   -k "chunked_verify_gpu and kimi and block_v"
 has kda && TAIL=20 part kda 150 python3 benchmarks/tune_replay.py --shapes kimi-linear-kda --batch 256 --no-steps \
@@ -168,8 +169,8 @@ has ncuverify && TAIL=40 part ncu_gdn_verify8 90 "${NCU_VERIFY[@]}" python3 benc
 # defaults: after a change of the replay template's defaults, its GPU tests of split row loops, flush launches, read
 # copies and CUDA graphs, then the standing table (BENCHMARKS.md's top section) at the new defaults
 DEFAULT_TESTS="flush_launch_gpu or two_row_loops or read_copies or cuda_graph or e2m1 or e4m3"
-{ has defaults || has dtests; } && TAIL=4 part defaults_tests 240 python3 -m pytest -m gpu tests/test_kernels.py -q -p no:cacheprovider \
-  --tb=short -k "$DEFAULT_TESTS"
+{ has defaults || has dtests; } && TAIL=4 part defaults_tests 240 python3 -m pytest -m gpu tests/test_kernels.py -q \
+  -p no:cacheprovider --tb=short -k "$DEFAULT_TESTS"
 has defaults && TAIL=30 part standing 200 python3 benchmarks/tune_replay.py --shapes \
   nemotron3-super-mamba2,qwen3.5-122b-gdn,kimi-linear-kda --batch 256 --read none,fp8,fp4 --window 8,16 \
   --out "$OUT/standing.json"

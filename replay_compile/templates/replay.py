@@ -740,7 +740,12 @@ def tiling(spec: ReplaySpec, K: int, V: int, rows: int, Hv: int, T: int, block_v
 
     Where the flushing rows have a launch of their own (NOTE [flush launch]), ``nonflush_block_v`` gives the other
     rows' launch a value tile of its own (by default both take ``BV``); ``items`` and ``parts`` are that launch's.
+    Its register cap stays ``NONFLUSH_REGISTERS``, set for tiles of ~4K elements: a wider tile wants the launch's
+    ``nonflush_registers`` too (sm_90, GDN fp8 step on tiles of 64: 324 bytes spilled at 96 registers, 104 at 128).
     """
+    for name, bv in (("block_v", block_v), ("nonflush_block_v", nonflush_block_v)):
+        if bv is not None and (bv < 1 or bv & (bv - 1)):
+            raise ValueError(f"{name} must be a power of two (got {bv})")
     BK = max(triton.next_power_of_2(K), 16 if spec.read_format == "fp4" else 1)  # e2m1 blocks of 16 keys
     BV = block_v or min(triton.next_power_of_2(V), max(16, 4096 // BK))
     while not block_v and BV > 16 and rows * Hv * triton.cdiv(V, BV) < 2048:
