@@ -994,10 +994,9 @@ def test_nonflush_value_tile_rule():
     base, wide = tile(), tile(nonflush_block_v=64)
     assert base.flush_items and base.nonflush_BV == base.BV == wide.BV == 32 and wide.nonflush_BV == 64
     assert (wide.flush_items, wide.flush_parts) == (base.flush_items, base.flush_parts)
-    assert wide.items * wide.parts >= 4 * 2 > (wide.items) * (wide.parts - 1)  # a unit: 4 heads x 2 tiles of 64
-    one = tile(nonflush_block_v=64, flush_items=0)
-    assert one.nonflush_BV == one.BV == 32 and (one.items, one.parts) == (tile(flush_items=0).items,
-                                                                          tile(flush_items=0).parts)
+    assert wide.items * wide.parts >= 4 * 2 > wide.items * (wide.parts - 1)  # a unit: 4 heads x 2 tiles of 64
+    one, plain = tile(nonflush_block_v=64, flush_items=0), tile(flush_items=0)
+    assert one.nonflush_BV == one.BV == 32 and (one.items, one.parts) == (plain.items, plain.parts)
     with pytest.raises(ValueError, match="power of two"):
         tile(nonflush_block_v=48)
 

@@ -117,11 +117,11 @@ has gdn && TAIL=20 part gdn 150 python3 benchmarks/tune_replay.py --shapes qwen3
 # T = 8, L = 24: 2 warps 8320 SASS instructions, 255 registers, 36 bytes spilled; 1 warp 13912 / 255 / 72; 4 warps on
 # tiles of 128 4832 / 253 / none (slowest on an H100)
 B3="chunked:dot=bf16x3,bt=8,kc=16"
-KDA_WIDE="$B3,nw=1;$B3,nw=4,bv=128;$B3,nw=2,bv=64;chunked:dot=bf16x2,bt=8,kc=16,nw=2,bv=128"
+KDA_FORMS="$B3,nw=1;$B3,nw=4,bv=128;$B3,nw=2,bv=64;chunked:dot=bf16x2,bt=8,kc=16,nw=2,bv=128"
 has kda && TAIL=4 part kda_tests 150 python3 -m pytest -m gpu tests/test_kernels.py -q -p no:cacheprovider --tb=short \
   -k "chunked_verify_gpu and kimi and block_v"
 has kda && TAIL=20 part kda 150 python3 benchmarks/tune_replay.py --shapes kimi-linear-kda --batch 256 --no-steps \
-  --verify 8,4 --verify-window 16 --verify-form "auto;$KDA_WIDE" \
+  --verify 8,4 --verify-window 16 --verify-form "auto;$KDA_FORMS" \
   --out "$OUT/verify_kda.json"
 has probe && TAIL=60 part probe 200 python3 benchmarks/copy_read_probe.py --read fp8 --out "$OUT/copy_read_probe.json"
 has probe && TAIL=8 part probe_fp32 60 python3 benchmarks/copy_read_probe.py --read fp32 --contig 4 --items 4 \
